@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Set up sweeprl in ./.venv (idempotent; a second run only checks).
+#   bash scripts/setup.sh          runtime: CPU torch 2.13.0 + sweeprl (editable)
+#   bash scripts/setup.sh --test   the same plus test dependencies and the system packages tests use
+# Environment: PYTHON (default python3); SWEEPRL_TORCH="skip" keeps a torch you installed yourself
+# (e.g. a CUDA build: see README "GPU install").
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+want_test=0
+for arg in "$@"; do
+  case "$arg" in
+    --test) want_test=1 ;;
+    *) echo "setup.sh: unknown argument '$arg' (allowed: --test)" >&2; exit 2 ;;
+  esac
+done
+
+say() { printf '[setup] %s\n' "$*" >&2; }
+
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  say "creating .venv with $($PY --version 2>&1)"
+  "$PY" -m venv .venv
+fi
+PIP=(.venv/bin/python -m pip --disable-pip-version-check -q)
+"${PIP[@]}" install --upgrade "pip>=24" 2>&1 | grep -v "is ignored" >&2 || true
+
+if [ "${SWEEPRL_TORCH:-}" != "skip" ]; then
+  if ! .venv/bin/python -c "import torch, sys; sys.exit(0 if torch.__version__.startswith('2.13.0') else 1)" 2>/dev/null; then
+    say "installing torch==2.13.0 (CPU build)"
+    "${PIP[@]}" install "torch==2.13.0" 2>&1 | grep -v "is ignored" >&2 || true
+  fi
+fi
+
+extras=""
+[ "$want_test" = 1 ] && extras="[test]"
+say "installing sweeprl$extras (editable) with pinned dependencies"
+"${PIP[@]}" install -c constraints.txt -e ".$extras" 2>&1 | grep -v "is ignored" >&2 || true
+.venv/bin/python -c "import sweeprl, trl, optuna, mlflow, hydra" || { say "install failed"; exit 1; }
+say "ready: $(.venv/bin/python -c 'import torch, trl, optuna, mlflow; print(f"torch {torch.__version__}, trl {trl.__version__}, optuna {optuna.__version__}, mlflow {mlflow.__version__}")')"

@@ -1,0 +1,118 @@
+"""Structured config of the ``sweeprl`` Hydra sweeper, registered as ``hydra/sweeper=sweeprl``.
+
+The user-facing keys are those of hydra-optuna-sweeper 1.3 (``sampler`` via ``hydra/sweeper/sampler=<name>``,
+``direction``, ``storage``, ``study_name``, ``n_trials``, ``n_jobs``, ``max_failure_rate``, ``params``,
+``custom_search_space``), so an existing config switches with one ``override hydra/sweeper: sweeprl`` line.
+"""
+
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+
+# Every sampler argument defaults to None = "Optuna's own default" (None values are not passed), so a key that
+# Optuna deprecates stays accepted in configs without a warning on every sweep.
+
+
+@dataclass
+class TPESamplerConfig:
+    _target_: str = "optuna.samplers.TPESampler"
+    seed: Optional[int] = None
+    consider_prior: Optional[bool] = None
+    prior_weight: Optional[float] = None
+    consider_magic_clip: Optional[bool] = None
+    consider_endpoints: Optional[bool] = None
+    n_startup_trials: Optional[int] = None
+    n_ei_candidates: Optional[int] = None
+    multivariate: Optional[bool] = None
+    group: Optional[bool] = None
+    constant_liar: Optional[bool] = None
+
+
+@dataclass
+class RandomSamplerConfig:
+    _target_: str = "optuna.samplers.RandomSampler"
+    seed: Optional[int] = None
+
+
+@dataclass
+class GridSamplerConfig:
+    """Grid over the search space; every distribution must be a choice() or a range() (finite)."""
+
+    _target_: str = "optuna.samplers.GridSampler"
+    search_space: Optional[Dict[str, Any]] = None  # filled from `params` by the sweeper when None
+    seed: Optional[int] = None
+
+
+@dataclass
+class CmaEsSamplerConfig:
+    _target_: str = "optuna.samplers.CmaEsSampler"
+    seed: Optional[int] = None
+    sigma0: Optional[float] = None
+    n_startup_trials: Optional[int] = None
+    warn_independent_sampling: Optional[bool] = None
+    restart_strategy: Optional[str] = None
+    consider_pruned_trials: Optional[bool] = None
+
+
+@dataclass
+class GPSamplerConfig:
+    _target_: str = "optuna.samplers.GPSampler"
+    seed: Optional[int] = None
+    n_startup_trials: Optional[int] = None
+    deterministic_objective: Optional[bool] = None
+
+
+@dataclass
+class NSGAIISamplerConfig:
+    _target_: str = "optuna.samplers.NSGAIISampler"
+    seed: Optional[int] = None
+    population_size: Optional[int] = None
+    mutation_prob: Optional[float] = None
+    crossover_prob: Optional[float] = None
+    swapping_prob: Optional[float] = None
+
+
+SAMPLERS = {
+    "tpe": TPESamplerConfig,
+    "random": RandomSamplerConfig,
+    "grid": GridSamplerConfig,
+    "cmaes": CmaEsSamplerConfig,
+    "gp": GPSamplerConfig,
+    "nsgaii": NSGAIISamplerConfig,
+}
+
+
+@dataclass
+class SweeprlSweeperConf:
+    _target_: str = "hydra_plugins.sweeprl_sweeper.sweeper.SweeprlSweeper"
+    # the sampler is instantiated by the sweeper (GridSampler needs the search space first)
+    _recursive_: bool = False
+    defaults: List[Any] = field(default_factory=lambda: [{"sampler": "tpe"}])
+
+    sampler: Any = MISSING
+    # "maximize"/"minimize", or a list of them for a multi-objective study
+    direction: Any = "maximize"
+    # Optuna storage URL; None = sqlite:///<sweep dir>/optuna.db (persistent, embedded)
+    storage: Optional[Any] = None
+    study_name: Optional[str] = None
+    # The study's total target of finished (COMPLETE or PRUNED) trials; re-running continues the study
+    n_trials: int = 20
+    # Trials launched per round (parallel with a parallel launcher, e.g. hydra/launcher=joblib)
+    n_jobs: int = 1
+    # Abort (with a summary) when the fraction of FAILED trials of this run exceeds this
+    max_failure_rate: float = 0.25
+    # Search space in Hydra override grammar, e.g. {algo.learning_rate: "tag(log, interval(1e-6, 2e-5))"}
+    params: Optional[Dict[str, str]] = None
+    # "module.function" called as function(cfg, trial) to suggest extra/conditional params
+    custom_search_space: Optional[str] = None
+
+
+def register() -> None:
+    cs = ConfigStore.instance()
+    cs.store(group="hydra/sweeper", name="sweeprl", node=SweeprlSweeperConf, provider="sweeprl")
+    for name, node in SAMPLERS.items():
+        cs.store(group="hydra/sweeper/sampler", name=name, node=node, provider="sweeprl")

@@ -1,0 +1,31 @@
+"""Command line entry point: ``python -m sweeprl`` / ``sweeprl``.
+
+``python -m sweeprl [hydra overrides]``        one trial (e.g. experiment=quickstart algo.learning_rate=3e-4)
+``python -m sweeprl -m [overrides] sweep=...``  an Optuna sweep through the sweeprl Hydra sweeper
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import List, Optional
+
+
+def main(argv: Optional[List[str]] = None) -> None:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if any(a in ("--cfg", "-c") or a.startswith("--cfg=") for a in args):
+        # Hydra refuses --cfg together with --multirun; printing the composed config is what is meant.
+        args = [a for a in args if a not in ("-m", "--multirun")]
+    from sweeprl.config.precheck import precheck
+
+    problem = precheck(args)
+    if problem:
+        print(f"sweeprl: invalid configuration: {problem}", file=sys.stderr)
+        sys.exit(2)
+    from sweeprl.app import run_hydra
+
+    sys.argv = [sys.argv[0] or "sweeprl", *args]
+    run_hydra()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,50 @@
+"""The Hydra application: ``python -m sweeprl [overrides]`` runs one trial, ``-m`` runs a sweep."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from omegaconf import DictConfig
+
+from sweeprl.config import CONFIG_DIR
+
+log = logging.getLogger("sweeprl")
+
+
+def trial_task(cfg: DictConfig) -> float:
+    """Hydra task function: train one configuration, return its objective value to the sweeper."""
+    from sweeprl.trial import run_trial
+
+    hc = HydraConfig.get()
+    result = run_trial(cfg, hc.runtime.output_dir, progress_bars=hc.mode == RunMode.RUN)
+    if hc.mode == RunMode.RUN:
+        _print_single_run_summary(cfg, result)
+    return result.value
+
+
+def _print_single_run_summary(cfg: DictConfig, result) -> None:
+    from rich.table import Table
+
+    from sweeprl.console import console
+    from sweeprl.tracking import resolve_uri, ui_command
+
+    table = Table(title=f"{cfg.name}: objective ({result.objective.name})")
+    table.add_column("term")
+    table.add_column("value", justify="right")
+    for k, v in result.objective.terms.items():
+        table.add_row(k if k == "late_reward" or k == "final_reward" else f"- {k}", f"{v:.4g}")
+    table.add_row("objective", f"{result.value:.4g}")
+    console.print(table)
+    console.print(f"{result.steps} logged steps in {result.seconds:.1f} s; files in {result.output_dir}", soft_wrap=True)
+    if cfg.tracking.enabled:
+        console.print(f"MLflow: {ui_command(resolve_uri(cfg.tracking.uri))}", soft_wrap=True)
+
+
+def run_hydra() -> None:
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    main = hydra.main(config_path=str(CONFIG_DIR), config_name="config", version_base="1.3")(trial_task)
+    main()

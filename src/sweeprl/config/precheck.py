@@ -1,0 +1,141 @@
+"""Compose and validate the command line before Hydra starts any job or sweep.
+
+Hydra's own errors for a misspelled key say only that the key "is not in struct"; this pre-pass composes the
+same config with Hydra's compose API, and on failure names the key, the bad value and what is allowed (the
+keys of that config node, with close matches first, or the field's type and help). Sweep overrides
+(``interval(...)``, ``a,b``) and ``hydra.*`` settings are left to the sweeper and Hydra.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import fields, is_dataclass
+from typing import List, Optional, Tuple
+
+from hydra import compose, initialize_config_dir
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from sweeprl.config import CONFIG_DIR
+from sweeprl.config.validate import ConfigValidationError, validate
+
+FLAGS_WITH_VALUE = {"--cfg", "-c", "--package", "-p", "--experimental-rerun"}
+SKIP_FLAGS = {"--help", "-h", "--hydra-help", "--info", "-i", "--shell-completion", "-sc", "--config-path", "-cp",
+              "--config-name", "-cn", "--config-dir", "-cd", "--experimental-rerun"}  # fmt: skip
+
+
+def split_argv(argv: List[str]) -> Tuple[List[str], bool]:
+    """(overrides, skip): the override arguments of a Hydra command line; skip=True when the pre-pass should
+    not run (help/info flags, or another config source)."""
+    overrides: List[str] = []
+    skip = False
+    it = iter(argv)
+    for arg in it:
+        flag = arg.split("=", 1)[0]
+        if flag in SKIP_FLAGS:
+            skip = True
+        if arg.startswith("-"):
+            if flag in FLAGS_WITH_VALUE and "=" not in arg:
+                next(it, None)
+            continue
+        overrides.append(arg)
+    return overrides, skip
+
+
+def task_overrides(overrides: List[str]) -> List[str]:
+    """Drop sweep overrides and hydra settings; unparsable overrides are kept so compose reports them."""
+    parser = OverridesParser.create()
+    kept = []
+    for line in overrides:
+        try:
+            ov = parser.parse_override(line)
+        except HydraException:
+            kept.append(line)
+            continue
+        if ov.is_hydra_override() or ov.is_sweep_override():
+            continue
+        kept.append(line)
+    return kept
+
+
+def _compose(overrides: List[str]) -> DictConfig:
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        return compose(config_name="config", overrides=overrides)
+
+
+def _full_key(text: str) -> Optional[str]:
+    m = re.search(r"full_key:\s*(\S+)", text) or re.search(r"Could not override '([^']+)'", text)
+    return m.group(1).lstrip("+~") if m else None
+
+
+def _field_help(cfg: DictConfig, key: str) -> Optional[str]:
+    parent_key, _, leaf = key.rpartition(".")
+    node = OmegaConf.select(cfg, parent_key) if parent_key else cfg
+    if not isinstance(node, DictConfig):
+        return None
+    obj_type = OmegaConf.get_type(node)
+    if obj_type is None or not is_dataclass(obj_type):
+        return None
+    for fld in fields(obj_type):
+        if fld.name == leaf:
+            type_name = getattr(fld.type, "__name__", str(fld.type))
+            return f"{type_name} — {fld.metadata.get('help', '')}".strip(" —")
+    return None
+
+
+def explain(exc: Exception, overrides: List[str]) -> str:
+    """A message that names the key, the bad value and what is allowed."""
+    text = "\n".join(str(e) for e in _chain(exc))
+    key = _full_key(text)
+    if key is None:
+        return text
+    value = next((o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0].lstrip("+~") == key), None)
+    group_choices = [o for o in overrides if "." not in o.split("=", 1)[0] and "=" in o]
+    try:
+        base = _compose(group_choices)
+    except (HydraException, OmegaConfBaseException):
+        return text
+    parent_key, _, leaf = key.rpartition(".")
+    node = OmegaConf.select(base, parent_key) if parent_key else base
+    if OmegaConf.select(base, key, default=_ABSENT) is _ABSENT and isinstance(node, DictConfig):
+        options = sorted(str(k) for k in node.keys())
+        close = difflib.get_close_matches(leaf, options, n=3)
+        hint = f" Did you mean: {', '.join((parent_key + '.' if parent_key else '') + c for c in close)}?" if close else ""
+        return (
+            f"unknown config key '{key}' (value {value!r}).{hint}\n"
+            f"  allowed keys of '{parent_key or '<root>'}': {', '.join(options)}"
+        )
+    allowed = _field_help(base, key)
+    first_line = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+    return f"bad value for '{key}': {value!r} ({first_line}).\n  allowed: {allowed or 'see the config schema'}"
+
+
+_ABSENT = object()
+
+
+def _chain(exc: BaseException):
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__
+
+
+def precheck(argv: List[str]) -> Optional[str]:
+    """None when the command line composes and validates; else the message to print."""
+    overrides, skip = split_argv(argv)
+    if skip:
+        return None
+    kept = task_overrides(overrides)
+    try:
+        cfg = _compose(kept)
+    except (HydraException, OmegaConfBaseException, ValueError) as exc:
+        return explain(exc, kept)
+    try:
+        validate(cfg)
+    except ConfigValidationError as exc:
+        return str(exc)
+    return None

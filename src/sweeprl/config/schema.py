@@ -1,0 +1,222 @@
+"""Structured-config schema of every config group.
+
+Each dataclass is registered in Hydra's ConfigStore as ``<group>/base_<name>``; the YAML files under
+``conf/<group>/`` extend it in their defaults list, so a misspelled key or a value of the wrong type fails
+when Hydra composes the config. Range checks that a type cannot express (learning_rate > 0, …) live in
+:mod:`sweeprl.config.validate`. Every field carries a one-line help string (``metadata["help"]``) that
+``python -m sweeprl --help-config`` prints; the CLI override path is the dataclass path
+(``algo.learning_rate``, ``generation.temperature``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+
+def f(default: Any, help: str) -> Any:  # noqa: A002 - "help" reads best at the call sites
+    """A dataclass field with a help string; mutable defaults are wrapped in a factory."""
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda d=default: type(d)(d), metadata={"help": help})
+    return field(default=default, metadata={"help": help})
+
+
+# --------------------------------------------------------------------------------------------- model
+@dataclass
+class TinyModelSpec:
+    hidden_size: int = f(128, "Width of the tiny Qwen2 model.")
+    intermediate_size: int = f(256, "MLP width of the tiny model.")
+    num_hidden_layers: int = f(2, "Number of transformer layers of the tiny model.")
+    num_attention_heads: int = f(4, "Attention heads of the tiny model.")
+    num_key_value_heads: int = f(2, "Key/value heads (GQA) of the tiny model.")
+    max_position_embeddings: int = f(512, "Maximum sequence length of the tiny model.")
+    seed: int = f(0, "Seed of the random initialisation; the same seed gives the same weights, bit for bit.")
+
+
+@dataclass
+class ModelConfig:
+    name: str = f(MISSING, "Short name of this model config (used in run names).")
+    source: str = f("hub", "Where the weights come from: 'tiny' (built locally from `tiny`) or 'hub' (hub id or local path).")
+    name_or_path: Optional[str] = f(None, "Hub id or local directory of a pretrained causal LM (source=hub).")
+    revision: Optional[str] = f(None, "Hub revision (branch, tag or commit) of `name_or_path`.")
+    dtype: str = f("auto", "Weights dtype: auto (bf16 on a bf16-capable GPU, else fp32), float32, bfloat16, float16.")
+    trust_remote_code: bool = f(False, "Allow model repos that ship their own Python code.")
+    attn_implementation: Optional[str] = f(None, "Attention kernel (eager, sdpa, flash_attention_2); None lets transformers choose.")
+    cache_dir: str = f("~/.cache/sweeprl/models", "Where the tiny model is built and cached (source=tiny).")
+    tiny: TinyModelSpec = field(default_factory=TinyModelSpec, metadata={"help": "Architecture of the tiny model."})
+
+
+# ---------------------------------------------------------------------------------------------- lora
+@dataclass
+class LoraConfig:
+    enabled: bool = f(False, "Train LoRA adapters (PEFT) instead of all weights.")
+    r: int = f(16, "LoRA rank.")
+    alpha: int = f(32, "LoRA alpha (scaling = alpha / r).")
+    dropout: float = f(0.05, "Dropout on the LoRA path.")
+    target_modules: List[str] = f(
+        ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        "Module names that get adapters.",
+    )
+    bias: str = f("none", "Which biases to train: none, all, lora_only.")
+
+
+# ---------------------------------------------------------------------------------------------- algo
+@dataclass
+class GRPOAlgoConfig:
+    name: str = f("grpo", "Algorithm: grpo (TRL GRPOTrainer).")
+    learning_rate: float = f(1e-6, "Peak learning rate of AdamW.")
+    beta: float = f(0.0, "KL coefficient against the reference model (0 = no reference model is loaded).")
+    num_generations: int = f(8, "Completions sampled per prompt (the GRPO group size).")
+    per_device_train_batch_size: int = f(8, "Completions per device per optimizer micro-step.")
+    gradient_accumulation_steps: int = f(1, "Micro-steps per optimizer update.")
+    generation_batch_size: Optional[int] = f(None, "Completions generated per generation round; None = batch x accumulation.")
+    num_iterations: int = f(1, "Optimisation passes over each generated batch (mu in the GRPO paper).")
+    max_grad_norm: float = f(1.0, "Gradient clipping norm.")
+    warmup_steps: float = f(0, "Warmup updates (an int count, or a fraction of max_steps when < 1).")
+    lr_scheduler_type: str = f("constant", "Learning-rate schedule (transformers names: constant, linear, cosine, …).")
+    weight_decay: float = f(0.0, "AdamW weight decay.")
+    optim: str = f("adamw_torch", "Optimizer (transformers name).")
+    epsilon: float = f(0.2, "Lower clipping epsilon of the importance ratio.")
+    epsilon_high: Optional[float] = f(None, "Upper clipping epsilon (DAPO clip-higher); None = epsilon.")
+    delta: Optional[float] = f(None, "Two-sided clipping bound of the ratio (None = off).")
+    loss_type: str = f("dapo", "Loss aggregation: grpo, dr_grpo, dapo, bnpo, cispo, sapo, luspo, vespo.")
+    scale_rewards: str = f("group", "Advantage scaling: group, batch or none.")
+    importance_sampling_level: str = f("token", "Importance ratio level: token or sequence (GSPO).")
+    mask_truncated_completions: bool = f(False, "Exclude completions that hit max length from the loss.")
+    disable_dropout: bool = f(True, "Disable dropout in policy and reference model.")
+    gradient_checkpointing: bool = f(False, "Trade compute for memory (useful for large models on GPU).")
+    max_steps: int = f(100, "Number of optimizer updates of the trial.")
+    logging_steps: int = f(1, "Log metrics every this many updates.")
+    seed: int = f(42, "Training seed (sampling, data order, dropout).")
+    extra: Dict[str, Any] = f({}, "Any other GRPOConfig field, passed through as is (e.g. +algo.extra.top_entropy_quantile=0.2).")
+
+
+# -------------------------------------------------------------------------------------------- reward
+@dataclass
+class RewardFuncSpec:
+    name: str = f(MISSING, "Registered reward function name (see sweeprl.rewards.REGISTRY).")
+    weight: float = f(1.0, "Weight of this function in the summed reward.")
+    kwargs: Dict[str, Any] = f({}, "Keyword arguments of the reward factory.")
+
+
+@dataclass
+class RewardConfig:
+    name: str = f(MISSING, "Short name of this reward setup.")
+    funcs: List[RewardFuncSpec] = f([], "Reward functions, summed with their weights.")
+
+
+# ---------------------------------------------------------------------------------------- generation
+@dataclass
+class GenerationConfig:
+    temperature: float = f(1.0, "Sampling temperature.")
+    top_p: float = f(1.0, "Nucleus sampling mass, in (0, 1].")
+    top_k: int = f(0, "Top-k filtering (0 = off).")
+    min_p: Optional[float] = f(None, "Min-p filtering (None = off).")
+    repetition_penalty: float = f(1.0, "Repetition penalty (1 = off).")
+    max_completion_length: int = f(64, "Maximum tokens generated per completion.")
+
+
+# ---------------------------------------------------------------------------------------------- data
+@dataclass
+class DataConfig:
+    name: str = f(MISSING, "Dataset name: a registered builder (synthetic_prompts) or a hub/local dataset loader.")
+    num_prompts: int = f(64, "Number of training prompts (synthetic datasets).")
+    prompt_template: str = f("Task {i}:", "Prompt text of synthetic prompts; {i} is the prompt index.")
+    max_prompt_length: Optional[int] = f(None, "Prompts longer than this many tokens are truncated from the left (None = keep).")
+    validation_fraction: float = f(0.0, "Fraction of prompts held out as a validation split (by id, deterministic).")
+    kwargs: Dict[str, Any] = f({}, "Extra arguments of the dataset builder.")
+
+
+# ----------------------------------------------------------------------------------------- objective
+@dataclass
+class ObjectiveWeights:
+    dispersion: float = f(1.0, "Weight of the late-window dispersion (IQR of step-to-step changes, normalised).")
+    drawdown: float = f(1.0, "Weight of the drawdown from the running best reward (normalised).")
+    kl_excess: float = f(1.0, "Weight of the mean KL in excess of target_kl.")
+    entropy_collapse: float = f(0.5, "Weight of the entropy drop beyond entropy_drop_free.")
+    non_finite: float = f(10.0, "Penalty per unit fraction of logged steps with a non-finite metric.")
+
+
+@dataclass
+class ObjectiveConfig:
+    name: str = f("stability_adjusted", "Objective: stability_adjusted (reward minus instability penalties) or reward (plain final reward).")
+    reward_key: str = f("reward", "Metric holding the per-step mean reward.")
+    window: float = f(0.25, "Late window as a fraction of logged steps (stability_adjusted) .")
+    final_steps: int = f(5, "Logged steps averaged for the final reward (objective=reward).")
+    target_kl: float = f(0.1, "KL above this target is penalised.")
+    entropy_drop_free: float = f(0.5, "Relative entropy drop from the start that costs nothing.")
+    weights: ObjectiveWeights = field(default_factory=ObjectiveWeights, metadata={"help": "Penalty weights."})
+
+
+# ------------------------------------------------------------------------------------------ tracking
+@dataclass
+class TrackingConfig:
+    enabled: bool = f(True, "Log trials to MLflow.")
+    uri: Optional[str] = f(None, "MLflow tracking URI; None = the embedded store sqlite:///<launch dir>/mlflow.db.")
+    experiment_name: Optional[str] = f(None, "MLflow experiment; None = the study name (sweeps) or the experiment name.")
+    log_params: bool = f(True, "Log every resolved config value as a run param.")
+    log_config_artifact: bool = f(True, "Log the resolved config YAML as an artifact.")
+
+
+# ------------------------------------------------------------------------------------------- runtime
+@dataclass
+class RuntimeConfig:
+    """Set by the sweeper for each trial; users normally leave these alone."""
+
+    study_name: Optional[str] = f(None, "Optuna study this trial belongs to (set by the sweeper).")
+    storage: Optional[str] = f(None, "Optuna storage URL of the study (set by the sweeper).")
+    trial_number: Optional[int] = f(None, "Optuna trial number (set by the sweeper).")
+    parent_run_id: Optional[str] = f(None, "MLflow parent run of the sweep (set by the sweeper).")
+    device: str = f("auto", "auto (CUDA when available, else CPU), cpu or cuda.")
+
+
+@dataclass
+class SearchSpaceConfig:
+    """Ranges that the sweep presets (conf/sweep/*.yaml) interpolate; experiments override them."""
+
+    learning_rate: List[float] = f([1e-6, 2e-5], "[low, high] of the log-uniform learning-rate range.")
+    beta: List[float] = f([0.05, 0.2], "[low, high] of the KL-coefficient range.")
+    temperature: List[float] = f([0.6, 1.3], "[low, high] of the sampling-temperature range.")
+    num_generations: List[int] = f([4, 6, 8], "Choices of the group size.")
+
+
+@dataclass
+class SweeprlConfig:
+    name: str = f(MISSING, "Experiment name (set by the experiment preset).")
+    model: ModelConfig = field(default_factory=ModelConfig, metadata={"help": "Model group."})
+    lora: LoraConfig = field(default_factory=LoraConfig, metadata={"help": "LoRA group."})
+    algo: Any = f(MISSING, "Algorithm group (schema depends on algo.name).")
+    reward: RewardConfig = field(default_factory=RewardConfig, metadata={"help": "Reward group."})
+    generation: GenerationConfig = field(default_factory=GenerationConfig, metadata={"help": "Generation group."})
+    data: DataConfig = field(default_factory=DataConfig, metadata={"help": "Data group."})
+    objective: ObjectiveConfig = field(default_factory=ObjectiveConfig, metadata={"help": "Objective group."})
+    tracking: TrackingConfig = field(default_factory=TrackingConfig, metadata={"help": "Tracking group."})
+    search_space: SearchSpaceConfig = field(default_factory=SearchSpaceConfig, metadata={"help": "Sweep ranges."})
+    sweeprl: RuntimeConfig = field(default_factory=RuntimeConfig, metadata={"help": "Runtime (set by the sweeper)."})
+
+
+#: algorithm name -> schema; the validator checks `algo.name` against this table.
+ALGO_SCHEMAS: Dict[str, type] = {"grpo": GRPOAlgoConfig}
+
+GROUP_SCHEMAS: Dict[str, type] = {
+    "model": ModelConfig,
+    "lora": LoraConfig,
+    "reward": RewardConfig,
+    "generation": GenerationConfig,
+    "data": DataConfig,
+    "objective": ObjectiveConfig,
+    "tracking": TrackingConfig,
+}
+
+
+def register_configs() -> None:
+    """Store the schemas in Hydra's ConfigStore (idempotent)."""
+    cs = ConfigStore.instance()
+    cs.store(name="sweeprl_schema", node=SweeprlConfig)
+    for group, schema in GROUP_SCHEMAS.items():
+        cs.store(group=group, name=f"base_{group}", node=schema)
+    for name, schema in ALGO_SCHEMAS.items():
+        cs.store(group="algo", name=f"base_{name}", node=schema)

@@ -1,0 +1,54 @@
+"""Terminal output of the CLI layer (rich): ranked trial tables and end-of-run summaries."""
+
+from __future__ import annotations
+
+from typing import Iterable, List, Optional, Sequence
+
+from rich.console import Console
+from rich.table import Table
+
+from sweeprl.study import TrialRow
+
+console = Console(highlight=False)
+if not console.is_terminal:
+    # CI / SLURM logs / pipes: rich would assume 80 columns and truncate every cell of a trial table.
+    console = Console(highlight=False, width=220)
+
+
+def _fmt(v: Optional[float]) -> str:
+    if v is None:
+        return "-"
+    return f"{v:.4g}"
+
+
+def trials_table(rows: Sequence[TrialRow], title: str, max_rows: int = 50) -> Table:
+    """Rank, trial, state, objective, its terms and the swept params of each trial."""
+    param_keys: List[str] = sorted({k for r in rows for k in r.params})
+    term_keys: List[str] = [k for k in ("late_reward", "dispersion", "drawdown", "kl_excess", "entropy_collapse", "non_finite")
+                            if any(k in r.terms for r in rows)]  # fmt: skip
+    table = Table(title=title, show_lines=False)
+    for col in ("rank", "trial", "state", "objective"):
+        table.add_column(col, justify="right" if col != "state" else "left")
+    for k in term_keys:
+        table.add_column(k, justify="right")
+    for k in param_keys:
+        table.add_column(k, justify="right")
+    table.add_column("s", justify="right")
+    table.add_column("reason")
+    rank = 0
+    for r in rows[:max_rows]:
+        rank_txt = ""
+        if r.state == "COMPLETE" and r.value is not None:
+            rank += 1
+            rank_txt = str(rank)
+        cells = [rank_txt, str(r.number), r.state, _fmt(r.value)]
+        cells += [_fmt(r.terms.get(k)) for k in term_keys]
+        cells += [_fmt(r.params[k]) if isinstance(r.params.get(k), float) else str(r.params.get(k, "-")) for k in param_keys]
+        cells += [f"{r.seconds:.0f}" if r.seconds is not None else "-", r.reason[:60]]
+        table.add_row(*cells)
+    return table
+
+
+def print_lines(lines: Iterable[str]) -> None:
+    for line in lines:
+        console.print(line, soft_wrap=True)

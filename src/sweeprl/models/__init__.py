@@ -1,0 +1,1 @@
+"""Model construction: the embedded tiny model, hub/local models, LoRA adapters."""

@@ -1,0 +1,70 @@
+"""Resolve the model config to something TRL can load, plus the PEFT LoRA config and device settings."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from omegaconf import DictConfig
+
+from sweeprl.models.tiny import ensure_tiny_model
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class DeviceSettings:
+    use_cpu: bool
+    bf16: bool
+    description: str
+
+
+def resolve_device(requested: str) -> DeviceSettings:
+    """CPU when no GPU is present (or when asked); CUDA with bf16 when the GPU supports it."""
+    import torch
+
+    has_cuda = torch.cuda.is_available()
+    if requested == "cuda" and not has_cuda:
+        raise RuntimeError("sweeprl.device=cuda but torch sees no CUDA device (torch.cuda.is_available() is False)")
+    if requested == "cpu" or not has_cuda:
+        return DeviceSettings(use_cpu=True, bf16=False, description="cpu")
+    bf16 = torch.cuda.is_bf16_supported()
+    return DeviceSettings(use_cpu=False, bf16=bf16, description=f"cuda x{torch.cuda.device_count()}" + (" bf16" if bf16 else ""))
+
+
+def model_path(model_cfg: DictConfig) -> str:
+    """A hub id or a local directory; the tiny model is built (once) into the cache and returned by path."""
+    if model_cfg.source == "tiny":
+        return str(ensure_tiny_model(dict(model_cfg.tiny), model_cfg.cache_dir))
+    return str(model_cfg.name_or_path)
+
+
+def model_init_kwargs(model_cfg: DictConfig, device: DeviceSettings) -> dict[str, Any]:
+    """Keyword arguments for ``AutoModelForCausalLM.from_pretrained`` (TRL's ``model_init_kwargs``)."""
+    kwargs: dict[str, Any] = {}
+    dtype = model_cfg.dtype
+    if dtype == "auto":
+        dtype = "bfloat16" if device.bf16 else "float32"
+    kwargs["dtype"] = dtype
+    if model_cfg.revision:
+        kwargs["revision"] = model_cfg.revision
+    if model_cfg.attn_implementation:
+        kwargs["attn_implementation"] = model_cfg.attn_implementation
+    return kwargs
+
+
+def peft_config(lora_cfg: DictConfig) -> Optional[Any]:
+    """PEFT LoraConfig for causal-LM training, or None when LoRA is off."""
+    if not lora_cfg.enabled:
+        return None
+    from peft import LoraConfig
+
+    return LoraConfig(
+        r=lora_cfg.r,
+        lora_alpha=lora_cfg.alpha,
+        lora_dropout=lora_cfg.dropout,
+        target_modules=list(lora_cfg.target_modules),
+        bias=lora_cfg.bias,
+        task_type="CAUSAL_LM",
+    )

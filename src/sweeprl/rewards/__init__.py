@@ -1,0 +1,52 @@
+"""Reward functions, registered by name.
+
+A reward is a plain callable with TRL's signature ``fn(completions, prompts=None, **kwargs) -> list[float | None]``
+(``kwargs`` carries the dataset's extra columns and TRL's ``trainer_state``/``log_metric`` hooks). The registry
+maps a config name to a *factory* that takes the config's ``kwargs`` and returns such a callable, named after
+its registry entry so TRL logs it as ``rewards/<name>/mean``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, List, Sequence
+
+RewardFunc = Callable[..., List[float]]
+REGISTRY: Dict[str, Callable[..., RewardFunc]] = {}
+
+
+def register(name: str):
+    """Decorator: ``@register("length")`` on a factory returning a reward callable."""
+
+    def deco(factory: Callable[..., RewardFunc]) -> Callable[..., RewardFunc]:
+        if name in REGISTRY:
+            raise ValueError(f"reward {name!r} registered twice")
+        REGISTRY[name] = factory
+        return factory
+
+    return deco
+
+
+def completion_text(completion: Any) -> str:
+    """Text of a completion, whether standard (str) or conversational (list of messages)."""
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, Sequence) and completion and isinstance(completion[-1], dict):
+        return str(completion[-1].get("content", ""))
+    return str(completion)
+
+
+def build_reward(name: str, kwargs: Dict[str, Any] | None = None) -> RewardFunc:
+    """Instantiate a registered reward; unknown names fail with the list of available ones."""
+    _load_builtin()
+    if name not in REGISTRY:
+        raise KeyError(f"reward.funcs[].name={name!r} is not a registered reward; available: {', '.join(sorted(REGISTRY))}")
+    fn = REGISTRY[name](**(kwargs or {}))
+    fn.__name__ = name
+    return fn
+
+
+def _load_builtin() -> None:
+    from sweeprl.rewards import text  # noqa: F401  (registers length, charset)
+
+
+__all__ = ["REGISTRY", "RewardFunc", "build_reward", "completion_text", "register"]

@@ -1,0 +1,157 @@
+"""MLflow as the record: one experiment per study, a parent run per sweep, a child run per trial.
+
+Everything goes through :class:`MlflowClient` with explicit run ids (no fluent "active run" state), so the
+sweeper process and in-process trials never step on each other. Tracking must never kill a trial: every call
+is wrapped by :class:`SafeTracker`, which logs one warning on the first failure and carries on (further calls
+are skipped until ``retry_after`` seconds have passed, so a server that comes back is used again).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional
+
+log = logging.getLogger(__name__)
+
+TAG_STUDY = "sweeprl.study_name"
+TAG_ROLE = "sweeprl.role"
+TAG_TRIAL = "sweeprl.trial_number"
+TAG_STATE = "sweeprl.state"
+PARENT_TAG = "mlflow.parentRunId"
+RUN_NAME_TAG = "mlflow.runName"
+
+
+def default_tracking_uri(cwd: Optional[str] = None) -> str:
+    """The embedded store: ``sqlite:///<launch dir>/mlflow.db`` — the same file a plain ``mlflow ui`` opens there."""
+    return f"sqlite:///{os.path.join(os.path.abspath(cwd or os.getcwd()), 'mlflow.db')}"
+
+
+def resolve_uri(uri: Optional[str]) -> str:
+    return uri or default_tracking_uri()
+
+
+def ui_command(uri: str) -> str:
+    """The command that opens this store in the MLflow UI."""
+    if uri.startswith(("http://", "https://")):
+        return f"open {uri}  (tracking server)"
+    return f"mlflow ui --backend-store-uri {uri}"
+
+
+def flatten(node: Mapping[str, Any], prefix: str = "") -> Dict[str, str]:
+    """Nested config -> ``{"algo.learning_rate": "0.001", ...}`` with MLflow's 6000-char value limit."""
+    out: Dict[str, str] = {}
+    for key, value in node.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            out.update(flatten(value, path + "."))
+        else:
+            out[path] = str(value)[:6000]
+    return out
+
+
+class SafeTracker:
+    """MlflowClient calls that warn instead of raising."""
+
+    def __init__(self, uri: str, retry_after: float = 30.0):
+        self.uri = uri
+        self.retry_after = retry_after
+        self._client = None
+        self._failed_at: Optional[float] = None
+        self.failures = 0
+
+    @property
+    def client(self):
+        if self._client is None:
+            from mlflow.tracking import MlflowClient
+
+            self._client = MlflowClient(tracking_uri=self.uri)
+        return self._client
+
+    def call(self, what: str, fn: Callable[..., Any], *args: Any, default: Any = None, **kwargs: Any) -> Any:
+        if self._failed_at is not None and time.monotonic() - self._failed_at < self.retry_after:
+            return default
+        try:
+            result = fn(*args, **kwargs)
+            self._failed_at = None
+            return result
+        except Exception as exc:  # noqa: BLE001 - tracking must never kill a trial
+            self.failures += 1
+            if self._failed_at is None:
+                log.warning("MLflow %s failed (%s: %s); training continues without tracking for now", what, type(exc).__name__, exc)
+            self._failed_at = time.monotonic()
+            return default
+
+    # ---- experiments and runs
+    def experiment_id(self, name: str) -> Optional[str]:
+        def get_or_create() -> str:
+            exp = self.client.get_experiment_by_name(name)
+            if exp is not None:
+                if exp.lifecycle_stage == "deleted":
+                    self.client.restore_experiment(exp.experiment_id)
+                return exp.experiment_id
+            try:
+                return self.client.create_experiment(name)
+            except Exception:  # created concurrently by another trial/driver
+                exp = self.client.get_experiment_by_name(name)
+                if exp is None:
+                    raise
+                return exp.experiment_id
+
+        return self.call("get/create experiment", get_or_create)
+
+    def find_run(self, experiment_id: str, tags: Mapping[str, str]) -> Optional[str]:
+        """Id of the newest run whose tags match ``tags`` exactly."""
+        filt = " and ".join(f"tags.`{k}` = '{v}'" for k, v in tags.items())
+
+        def search() -> Optional[str]:
+            runs = self.client.search_runs([experiment_id], filter_string=filt, max_results=1, order_by=["attributes.start_time DESC"])
+            return runs[0].info.run_id if runs else None
+
+        return self.call("search runs", search)
+
+    def start_run(self, experiment_id: str, name: str, tags: Mapping[str, str]) -> Optional[str]:
+        def create() -> str:
+            return self.client.create_run(experiment_id, run_name=name, tags=dict(tags)).info.run_id
+
+        return self.call("create run", create)
+
+    def end_run(self, run_id: Optional[str], status: str) -> None:
+        if run_id:
+            self.call("end run", self.client.set_terminated, run_id, status=status)
+
+    # ---- data
+    def log_params(self, run_id: Optional[str], params: Mapping[str, Any]) -> None:
+        if not run_id or not params:
+            return
+        from mlflow.entities import Param
+
+        self.call("log params", self.client.log_batch, run_id, params=[Param(k, str(v)[:6000]) for k, v in params.items()])
+
+    def set_tags(self, run_id: Optional[str], tags: Mapping[str, Any]) -> None:
+        if not run_id or not tags:
+            return
+        from mlflow.entities import RunTag
+
+        self.call("set tags", self.client.log_batch, run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
+
+    def log_metrics(self, run_id: Optional[str], records: Iterable[tuple[str, float, int]]) -> bool:
+        """Log ``(key, value, step)`` triples in one batch; returns False when the batch could not be logged."""
+        if not run_id:
+            return False
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        metrics = [Metric(k, float(v), now, int(s)) for k, v, s in records]
+        if not metrics:
+            return True
+        return self.call("log metrics", self._log_batch_ok, run_id, metrics, default=False)
+
+    def _log_batch_ok(self, run_id: str, metrics: List[Any]) -> bool:
+        self.client.log_batch(run_id, metrics=metrics)
+        return True
+
+    def log_artifact(self, run_id: Optional[str], path: str, artifact_path: Optional[str] = None) -> None:
+        if run_id and os.path.exists(path):
+            self.call("log artifact", self.client.log_artifact, run_id, path, artifact_path)

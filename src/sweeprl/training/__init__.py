@@ -1,0 +1,1 @@
+"""Trainer construction (TRL GRPO) and the callbacks that record every logged step."""

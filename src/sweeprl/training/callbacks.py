@@ -1,0 +1,108 @@
+"""Per-step metric recording: ``metrics.jsonl`` in the trial dir and MLflow metrics of the trial's run."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import numbers
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from transformers import TrainerCallback
+from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+from sweeprl.tracking import SafeTracker
+
+# Keys of the end-of-training summary that the HF Trainer logs once; not a training step.
+log = logging.getLogger("sweeprl.progress")
+
+SUMMARY_KEYS = ("train_runtime", "train_samples_per_second", "train_steps_per_second", "train_loss")
+
+
+def numeric_items(logs: Dict[str, Any]) -> Dict[str, float]:
+    return {k: float(v) for k, v in logs.items() if isinstance(v, numbers.Real) and not isinstance(v, bool)}
+
+
+class MetricsRecorder(TrainerCallback):
+    """Appends one JSON object per logging step (TRL's metric names plus ``step``) to ``path`` and mirrors
+    each value to MLflow with the same step; keeps the history in memory for the objective."""
+
+    def __init__(self, path: Path, tracker: Optional[SafeTracker] = None, run_id: Optional[str] = None, flush_every: int = 10):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.write_text("")
+        self.tracker = tracker
+        self.run_id = run_id
+        self.flush_every = flush_every
+        self.history: List[Dict[str, float]] = []
+        self.summary: Dict[str, float] = {}
+        self._pending: List[tuple[str, float, int]] = []
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not state.is_world_process_zero or not logs:
+            return
+        values = numeric_items(logs)
+        if any(k in values for k in SUMMARY_KEYS):
+            self.summary.update(values)
+            return
+        record = {"step": int(state.global_step), **values}
+        self.history.append(record)
+        with self.path.open("a") as fh:
+            fh.write(json.dumps(record, allow_nan=True) + "\n")
+        # MLflow rejects nothing numeric, but NaN/inf make its UI charts useless; they stay in metrics.jsonl.
+        self._pending.extend((k, v, record["step"]) for k, v in values.items() if math.isfinite(v))
+        if len(self.history) % self.flush_every == 0:
+            self.flush()
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.flush()
+
+    def flush(self) -> None:
+        if not self.tracker or not self._pending:
+            return
+        if self.tracker.log_metrics(self.run_id, self._pending):
+            self._pending = []
+
+
+SHOWN = ("reward", "kl", "objective/kl", "entropy", "loss")
+
+
+def _brief(values: Dict[str, float]) -> Dict[str, str]:
+    return {k: f"{values[k]:.4g}" for k in SHOWN if k in values}
+
+
+class QuietProgress(ProgressCallback):
+    """transformers' progress bar, with the current reward/KL/entropy as its postfix instead of one printed
+    dict per logging step (with logging_steps=1 that floods the terminal)."""
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if state.is_world_process_zero and self.training_bar is not None and logs:
+            self.training_bar.set_postfix(_brief(numeric_items(logs)), refresh=False)
+
+
+class ProgressLines(TrainerCallback):
+    """One log line every ``every`` updates (sweeps, CI and SLURM logs: no progress bars)."""
+
+    def __init__(self, label: str, every: int):
+        self.label = label
+        self.every = max(1, every)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        step = int(state.global_step)
+        if not logs or any(k in logs for k in SUMMARY_KEYS):
+            return
+        if state.is_world_process_zero and (step % self.every == 0 or step == state.max_steps):
+            brief = " ".join(f"{k}={v}" for k, v in _brief(numeric_items(logs)).items())
+            log.info("%s step %d/%d %s", self.label, step, state.max_steps, brief)
+
+
+def use_progress_display(trainer: Any, *, bars: bool, label: str) -> None:
+    """Replace the trainer's progress/printer callbacks by :class:`QuietProgress` (``bars``) or
+    :class:`ProgressLines`."""
+    trainer.remove_callback(ProgressCallback)
+    trainer.remove_callback(PrinterCallback)
+    if bars:
+        trainer.add_callback(QuietProgress())
+    else:
+        trainer.add_callback(ProgressLines(label, every=max(1, trainer.args.max_steps // 5)))

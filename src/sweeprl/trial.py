@@ -1,0 +1,147 @@
+"""One trial, start to finish: a pure function of its resolved config (plus storage/tracking handles).
+
+validate -> rewards -> device -> model path + tokenizer -> datasets -> MLflow child run -> trainer -> train
+-> objective -> ``objective.json`` / MLflow. Files written to the trial dir (``output_dir``):
+
+- ``resolved_config.yaml``  the config of this trial with every interpolation resolved;
+- ``metrics.jsonl``         one JSON object per logging step (TRL's metric names plus ``step``);
+- ``objective.json``        the objective value, its weighted terms and the raw stability quantities.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+from omegaconf import DictConfig, OmegaConf
+
+from sweeprl.config import validate
+from sweeprl.objective import ObjectiveResult, compute_objective, objective_metrics
+from sweeprl.tracking import (
+    PARENT_TAG,
+    TAG_ROLE,
+    TAG_STATE,
+    TAG_STUDY,
+    TAG_TRIAL,
+    SafeTracker,
+    flatten,
+    resolve_uri,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TrialResult:
+    objective: ObjectiveResult
+    steps: int
+    seconds: float
+    run_id: Optional[str]
+    output_dir: str
+
+    @property
+    def value(self) -> float:
+        return self.objective.value
+
+
+def experiment_name(cfg: DictConfig) -> str:
+    return cfg.tracking.experiment_name or cfg.sweeprl.study_name or cfg.name
+
+
+def start_tracking(cfg: DictConfig, resolved: Dict[str, Any]) -> tuple[Optional[SafeTracker], Optional[str]]:
+    """The trial's MLflow run (a child of the sweep's parent run when there is one)."""
+    if not cfg.tracking.enabled:
+        return None, None
+    tracker = SafeTracker(resolve_uri(cfg.tracking.uri))
+    exp_id = tracker.experiment_id(experiment_name(cfg))
+    if exp_id is None:
+        return tracker, None
+    rt = cfg.sweeprl
+    tags = {TAG_ROLE: "trial", TAG_STATE: "RUNNING", "sweeprl.experiment": cfg.name}
+    if rt.study_name:
+        tags[TAG_STUDY] = rt.study_name
+    if rt.trial_number is not None:
+        tags[TAG_TRIAL] = str(rt.trial_number)
+    if rt.parent_run_id:
+        tags[PARENT_TAG] = rt.parent_run_id
+    name = f"trial-{rt.trial_number}" if rt.trial_number is not None else f"{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    run_id = tracker.start_run(exp_id, name, tags)
+    if cfg.tracking.log_params:
+        tracker.log_params(run_id, flatten(resolved))
+    return tracker, run_id
+
+
+def run_trial(cfg: DictConfig, output_dir: str | Path, progress_bars: bool = False) -> TrialResult:
+    """Train one configuration and return its objective. Raises on invalid config or failed training.
+
+    ``progress_bars``: a progress bar (interactive single runs); otherwise one log line per fifth of training.
+    """
+    t0 = time.monotonic()
+    validate(cfg)  # before anything heavy
+    out = Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    (out / "resolved_config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(resolved)))
+
+    from sweeprl.data import build_datasets
+    from sweeprl.models.loading import model_init_kwargs, model_path, peft_config, resolve_device
+    from sweeprl.rewards import build_reward
+
+    reward_funcs = [build_reward(spec.name, dict(spec.kwargs)) for spec in cfg.reward.funcs]
+    reward_weights = [float(spec.weight) for spec in cfg.reward.funcs]
+    device = resolve_device(cfg.sweeprl.device)
+    path = model_path(cfg.model)
+
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(path, revision=cfg.model.revision, trust_remote_code=cfg.model.trust_remote_code)
+    train_ds, eval_ds = build_datasets(cfg.data, tokenizer)
+    log.info("trial %s: model=%s device=%s prompts=%d", cfg.sweeprl.trial_number, path, device.description, len(train_ds))
+
+    tracker, run_id = start_tracking(cfg, resolved)
+    if tracker and cfg.tracking.log_config_artifact:
+        tracker.log_artifact(run_id, str(out / "resolved_config.yaml"))
+
+    from sweeprl.training.callbacks import MetricsRecorder, use_progress_display
+    from sweeprl.training.grpo import build_grpo_trainer
+
+    recorder = MetricsRecorder(out / "metrics.jsonl", tracker, run_id)
+    try:
+        trainer = build_grpo_trainer(
+            cfg,
+            model=path,
+            tokenizer=tokenizer,
+            reward_funcs=reward_funcs,
+            reward_weights=reward_weights,
+            train_dataset=train_ds,
+            eval_dataset=eval_ds,
+            output_dir=str(out),
+            device=device,
+            model_init_kwargs=model_init_kwargs(cfg.model, device),
+            peft_config=peft_config(cfg.lora),
+            callbacks=[recorder],
+        )
+        label = f"trial {cfg.sweeprl.trial_number}" if cfg.sweeprl.trial_number is not None else cfg.name
+        use_progress_display(trainer, bars=progress_bars, label=label)
+        trainer.train()
+        result = compute_objective(recorder.history, cfg.objective)
+    except BaseException as exc:
+        recorder.flush()
+        if tracker:
+            tracker.set_tags(run_id, {TAG_STATE: "FAIL", "sweeprl.fail_reason": f"{type(exc).__name__}: {exc}"[:5000]})
+            tracker.end_run(run_id, "KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED")
+        raise
+
+    (out / "objective.json").write_text(json.dumps({**result.as_dict(), "run_id": run_id, "trainer_summary": recorder.summary}, indent=2))
+    final_step = recorder.history[-1]["step"] if recorder.history else 0
+    if tracker:
+        tracker.log_metrics(run_id, [(k, v, final_step) for k, v in objective_metrics(result).items()])
+        tracker.set_tags(run_id, {TAG_STATE: "COMPLETE"})
+        tracker.log_artifact(run_id, str(out / "metrics.jsonl"))
+        tracker.log_artifact(run_id, str(out / "objective.json"))
+        tracker.end_run(run_id, "FINISHED")
+    return TrialResult(result, steps=len(recorder.history), seconds=time.monotonic() - t0, run_id=run_id, output_dir=str(out))

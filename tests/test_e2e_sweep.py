@@ -1,0 +1,109 @@
+"""A real sweep through the CLI: real Optuna storage, real MLflow store, the tiny model, then a resume."""
+
+from __future__ import annotations
+
+import subprocess
+
+import optuna
+import pytest
+import yaml
+from mlflow.tracking import MlflowClient
+
+from conftest import PYTHON
+
+pytestmark = pytest.mark.e2e
+STEPS = 12
+STUDY = "quickstart-lr_kl"
+
+
+def sweep(cwd, model_cache, n_trials):
+    cmd = [
+        PYTHON, "-m", "sweeprl", "-m", "experiment=quickstart", "sweep=lr_kl",
+        f"hydra.sweeper.n_trials={n_trials}", "hydra.sweeper.sampler.seed=0",
+        f"algo.max_steps={STEPS}", f"model.cache_dir={model_cache}",
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    return proc
+
+
+@pytest.fixture(scope="module")
+def first_sweep(tmp_path_factory, model_cache):
+    cwd = tmp_path_factory.mktemp("sweep")
+    proc = sweep(cwd, model_cache, 3)
+    return cwd, proc
+
+
+def study_of(cwd):
+    return optuna.load_study(study_name=STUDY, storage=f"sqlite:///{cwd}/multirun/{STUDY}/optuna.db")
+
+
+def client_of(cwd):
+    return MlflowClient(f"sqlite:///{cwd}/mlflow.db")
+
+
+def runs_of(cwd):
+    client = client_of(cwd)
+    exp = client.get_experiment_by_name(STUDY)
+    assert exp is not None, "one MLflow experiment per study"
+    runs = client.search_runs([exp.experiment_id], max_results=1000)
+    parents = [r for r in runs if r.data.tags.get("sweeprl.role") == "sweep"]
+    children = [r for r in runs if r.data.tags.get("sweeprl.role") == "trial"]
+    return client, parents, children
+
+
+def test_study_has_three_complete_trials(first_sweep):
+    cwd, _ = first_sweep
+    trials = study_of(cwd).trials
+    assert [t.state for t in trials] == [optuna.trial.TrialState.COMPLETE] * 3
+    assert [t.number for t in trials] == [0, 1, 2]
+    for t in trials:
+        assert set(t.params) == {"algo.learning_rate", "algo.beta"}
+        assert (cwd / "multirun" / STUDY / f"trial_{t.number}" / "metrics.jsonl").is_file()
+        assert set(t.user_attrs["objective_terms"]) >= {"late_reward", "dispersion", "drawdown"}
+
+
+def test_mlflow_has_one_parent_and_three_children(first_sweep):
+    cwd, _ = first_sweep
+    client, parents, children = runs_of(cwd)
+    assert len(parents) == 1 and len(children) == 3
+    parent = parents[0]
+    for run in children:
+        assert run.data.tags["mlflow.parentRunId"] == parent.info.run_id
+        assert run.info.status == "FINISHED" and run.data.tags["sweeprl.state"] == "COMPLETE"
+        assert {"algo.learning_rate", "algo.beta", "generation.temperature", "model.name"} <= set(run.data.params)
+        assert "objective" in run.data.metrics and "objective_terms/late_reward" in run.data.metrics
+        steps = [m.step for m in client.get_metric_history(run.info.run_id, "reward")]
+        assert steps == list(range(1, STEPS + 1))
+    study = study_of(cwd)
+    by_number = {int(r.data.tags["sweeprl.trial_number"]): r for r in children}
+    for t in study.trials:
+        assert by_number[t.number].data.metrics["objective"] == pytest.approx(t.value)
+        assert float(by_number[t.number].data.params["algo.learning_rate"]) == pytest.approx(t.params["algo.learning_rate"])
+    assert parent.data.metrics["best_value"] == pytest.approx(study.best_value)
+
+
+def test_results_file_matches_best_trial(first_sweep):
+    cwd, proc = first_sweep
+    results = yaml.safe_load((cwd / "multirun" / STUDY / "optimization_results.yaml").read_text())
+    study = study_of(cwd)
+    assert results["best_value"] == pytest.approx(study.best_value)
+    assert results["best_params"] == pytest.approx(study.best_params)
+    assert results["best_trial"] == study.best_trial.number
+    assert "mlflow ui --backend-store-uri sqlite:///" in proc.stdout
+    assert "rank" in proc.stdout and "COMPLETE" in proc.stdout
+
+
+def test_rerun_with_more_trials_adds_exactly_the_difference(first_sweep, model_cache):
+    cwd, _ = first_sweep
+    before = {t.number: (t.params, t.value) for t in study_of(cwd).trials}
+    sweep(cwd, model_cache, 5)
+    trials = study_of(cwd).trials
+    assert len(trials) == 5 and all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
+    assert {t.number: (t.params, t.value) for t in trials if t.number in before} == before  # untouched
+    _, parents, children = runs_of(cwd)
+    assert len(parents) == 1, "the parent run is reused on resume"
+    assert sorted(int(r.data.tags["sweeprl.trial_number"]) for r in children) == [0, 1, 2, 3, 4]
+    # a third run with the same target does nothing
+    sweep(cwd, model_cache, 5)
+    assert len(study_of(cwd).trials) == 5

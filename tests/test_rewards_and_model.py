@@ -1,0 +1,69 @@
+"""Rewards, the tiny model and its tokenizer."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from sweeprl.models.tiny import build_tokenizer, ensure_tiny_model
+from sweeprl.rewards import REGISTRY, build_reward
+
+
+def test_length_reward_is_2_minus_words_over_16():
+    fn = build_reward("length")
+    assert fn(["", "one", "a b c d", " ".join(["w"] * 32)]) == [2.0, 2 - 1 / 16, 2 - 4 / 16, 0.0]
+    assert fn([[{"role": "assistant", "content": "two words"}]]) == [2 - 2 / 16]
+    assert fn.__name__ == "length"
+
+
+def test_charset_reward_fraction():
+    fn = build_reward("charset", {"charset": "ab"})
+    assert fn(["aabb", "abxy", "", "\u00e9"]) == [1.0, 0.5, 0.0, 0.0]
+
+
+def test_unknown_reward_lists_available():
+    with pytest.raises(KeyError) as err:
+        build_reward("lenght")
+    assert "length" in str(err.value) and "charset" in str(err.value)
+    assert set(REGISTRY) >= {"length", "charset"}
+
+
+def test_tokenizer_is_byte_level_and_round_trips():
+    tok = build_tokenizer()
+    text = "let rec f x = x + 1 (* é *)\n\t"
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    assert ids == list(text.encode("utf-8"))
+    assert tok.decode(ids) == text
+    assert tok.eos_token_id == 256 and tok.pad_token_id == 256 and len(tok) == 257
+
+
+def _digest(path):
+    return hashlib.sha256((path / "model.safetensors").read_bytes()).hexdigest()
+
+
+def test_tiny_model_is_deterministic_and_cached(tmp_path):
+    spec = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                num_key_value_heads=1, max_position_embeddings=64, seed=3)  # fmt: skip
+    a = ensure_tiny_model(spec, tmp_path / "a")
+    b = ensure_tiny_model(spec, tmp_path / "b")
+    assert _digest(a) == _digest(b)  # same spec, two independent builds, identical bytes
+    assert ensure_tiny_model(spec, tmp_path / "a") == a  # cached: same dir, no rebuild
+    other = ensure_tiny_model({**spec, "seed": 4}, tmp_path / "a")
+    assert other != a and _digest(other) != _digest(a)
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(a)
+    assert 5_000 < model.num_parameters() < 50_000
+    assert not list(tmp_path.glob("a/.tiny-build-*"))  # no half-built leftovers
+
+
+def test_default_tiny_model_size(model_cache):
+    from transformers import AutoModelForCausalLM
+
+    from conftest import compose_cfg
+    from sweeprl.models.loading import model_path
+
+    cfg = compose_cfg(["experiment=quickstart", f"model.cache_dir={model_cache}"])
+    model = AutoModelForCausalLM.from_pretrained(model_path(cfg.model))
+    assert 200_000 < model.num_parameters() < 600_000  # "a few hundred K params"

@@ -1,0 +1,78 @@
+"""Hydra override grammar -> Optuna distributions (hydra-optuna-sweeper 1.3 compatible)."""
+
+from __future__ import annotations
+
+import pytest
+from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+from hydra_plugins.sweeprl_sweeper.search_space import SearchSpaceError, format_value, parse_search_space
+from hydra_plugins.sweeprl_sweeper.sweeper import _grid_of
+
+
+def dist(expr: str):
+    space, _ = parse_search_space({"x.y": expr}, [])
+    return space.distributions["x.y"]
+
+
+@pytest.mark.parametrize(
+    "expr, expected",
+    [
+        ("interval(0.0, 0.2)", FloatDistribution(0.0, 0.2)),
+        ("tag(log, interval(1e-6, 2e-5))", FloatDistribution(1e-6, 2e-5, log=True)),
+        ("int(interval(2, 8))", IntDistribution(2, 8)),
+        ("tag(log, int(interval(16, 512)))", IntDistribution(16, 512, log=True)),
+        ("range(2, 10, 2)", IntDistribution(2, 8, step=2)),
+        ("range(1, 4)", IntDistribution(1, 3)),
+        ("choice(4, 6, 8)", CategoricalDistribution([4, 6, 8])),
+        ("4,6,8", CategoricalDistribution([4, 6, 8])),
+        ("choice(adamw_torch, sgd)", CategoricalDistribution(["adamw_torch", "sgd"])),
+    ],
+)
+def test_grammar(expr, expected):
+    assert dist(expr) == expected
+
+
+def test_float_range_has_step():
+    d = dist("range(0.5, 1.0, 0.25)")
+    assert isinstance(d, FloatDistribution) and d.step == 0.25 and (d.low, d.high) == (0.5, 0.75)
+
+
+@pytest.mark.parametrize(
+    "expr, fragment",
+    [
+        ("interval(0.2, 0.1)", "needs low < high"),
+        ("tag(log, interval(0.0, 1.0))", "needs low > 0"),
+        ("tag(sqrt, interval(0.1, 1.0))", "unknown tag"),
+        ("interval(0.1", "malformed search space"),
+        ("range(5, 1)", "is empty"),
+    ],
+)
+def test_bad_grammar_is_reported_with_the_key(expr, fragment):
+    with pytest.raises(SearchSpaceError) as err:
+        parse_search_space({"x.y": expr}, [])
+    assert fragment in str(err.value)
+    if "malformed" not in fragment:
+        assert "x.y" in str(err.value)
+
+
+def test_command_line_overrides_params_and_passes_fixed_values_through():
+    space, passthrough = parse_search_space(
+        {"algo.learning_rate": "interval(1e-4, 1e-2)", "algo.beta": "interval(0.0, 0.1)", "algo.seed": "3"},
+        ["experiment=quickstart", "algo.beta=0.05", "generation.temperature=choice(0.7,1.0)"],
+    )
+    assert set(space.distributions) == {"algo.learning_rate", "generation.temperature"}
+    assert space.fixed == {"algo.seed": "3"}
+    assert passthrough == ["experiment=quickstart", "algo.beta=0.05"]
+
+
+def test_grid_from_finite_space():
+    space, _ = parse_search_space({"a": "choice(1, 2)", "b": "range(0, 3)"}, [])
+    assert _grid_of(space) == {"a": [1, 2], "b": [0, 1, 2]}
+    space, _ = parse_search_space({"a": "interval(0, 1.5)"}, [])
+    with pytest.raises(SearchSpaceError, match="finite space"):
+        _grid_of(space)
+
+
+def test_format_value_round_trips_floats():
+    assert float(format_value(0.00020867951521511344)) == 0.00020867951521511344
+    assert format_value(6) == "6" and format_value("dapo") == "dapo"
