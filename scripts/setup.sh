@@ -2,6 +2,7 @@
 # Set up sweeprl in ./.venv (idempotent; a second run only checks).
 #   bash scripts/setup.sh          runtime: CPU torch 2.13.0 + sweeprl (editable)
 #   bash scripts/setup.sh --test   the same plus test dependencies and the system packages tests use
+#                                  (Debian: ocaml-nox for the OCaml reward, bubblewrap for the sandbox)
 # Environment: PYTHON (default python3); SWEEPRL_TORCH="skip" keeps a torch you installed yourself
 # (e.g. a CUDA build: see README "GPU install").
 set -euo pipefail
@@ -16,6 +17,22 @@ for arg in "$@"; do
 done
 
 say() { printf '[setup] %s\n' "$*" >&2; }
+
+apt_install() {  # packages the tests need; installed with apt-get when missing (root or sudo)
+  local missing=()
+  command -v ocamlc >/dev/null || missing+=(ocaml-nox)
+  command -v bwrap >/dev/null || missing+=(bubblewrap)
+  [ ${#missing[@]} -eq 0 ] && return 0
+  local SUDO=""
+  if [ "$(id -u)" != 0 ]; then
+    if command -v sudo >/dev/null; then SUDO="sudo"; else
+      say "missing system packages: ${missing[*]} (install them with your package manager)"; return 1; fi
+  fi
+  say "installing system packages: ${missing[*]}"
+  $SUDO apt-get update -qq >&2
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >&2
+}
+[ "$want_test" = 1 ] && apt_install
 
 PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then

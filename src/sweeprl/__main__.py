@@ -2,6 +2,7 @@
 
 ``python -m sweeprl [hydra overrides]``        one trial (e.g. experiment=quickstart algo.learning_rate=3e-4)
 ``python -m sweeprl -m [overrides] sweep=...``  an Optuna sweep through the sweeprl Hydra sweeper
+``python -m sweeprl score ...``                 score completions with a reward (see ``score --help``)
 """
 
 from __future__ import annotations
@@ -10,8 +11,15 @@ import sys
 from typing import List, Optional
 
 
+SUBCOMMANDS = {"score": "sweeprl.score_cli"}
+
+
 def main(argv: Optional[List[str]] = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] in SUBCOMMANDS:
+        import importlib
+
+        sys.exit(importlib.import_module(SUBCOMMANDS[args[0]]).main(args[1:]))
     if any(a in ("--cfg", "-c") or a.startswith("--cfg=") for a in args):
         # Hydra refuses --cfg together with --multirun; printing the composed config is what is meant.
         args = [a for a in args if a not in ("-m", "--multirun")]

@@ -75,6 +75,18 @@ def start_tracking(cfg: DictConfig, resolved: Dict[str, Any]) -> tuple[Optional[
     return tracker, run_id
 
 
+def log_completion_sample(tracker: SafeTracker, run_id: Optional[str], path: Path, n: int = 200) -> None:
+    """The last ``n`` scored completions (rewards that write ``completions.jsonl``) as an MLflow table."""
+    if not run_id or not path.is_file():
+        return
+    rows = [json.loads(line) for line in path.read_text().splitlines()[-n:] if line.strip()]
+    if not rows:
+        return
+    columns = [k for k in rows[0] if not isinstance(rows[0][k], (list, dict))]
+    table = {k: [r.get(k) for r in rows] for k in columns}
+    tracker.call("log completions table", tracker.client.log_table, run_id, data=table, artifact_file="completions_sample.json")
+
+
 def run_trial(cfg: DictConfig, output_dir: str | Path, progress_bars: bool = False) -> TrialResult:
     """Train one configuration and return its objective. Raises on invalid config or failed training.
 
@@ -91,7 +103,9 @@ def run_trial(cfg: DictConfig, output_dir: str | Path, progress_bars: bool = Fal
     from sweeprl.models.loading import model_init_kwargs, model_path, peft_config, resolve_device
     from sweeprl.rewards import build_reward
 
-    reward_funcs = [build_reward(spec.name, dict(spec.kwargs)) for spec in cfg.reward.funcs]
+    context = {"output_dir": str(out), "max_completion_length": cfg.generation.max_completion_length,
+               "max_steps": cfg.algo.max_steps}  # fmt: skip
+    reward_funcs = [build_reward(spec.name, OmegaConf.to_container(spec.kwargs, resolve=True), context) for spec in cfg.reward.funcs]
     reward_weights = [float(spec.weight) for spec in cfg.reward.funcs]
     device = resolve_device(cfg.sweeprl.device)
     path = model_path(cfg.model)
@@ -143,5 +157,6 @@ def run_trial(cfg: DictConfig, output_dir: str | Path, progress_bars: bool = Fal
         tracker.set_tags(run_id, {TAG_STATE: "COMPLETE"})
         tracker.log_artifact(run_id, str(out / "metrics.jsonl"))
         tracker.log_artifact(run_id, str(out / "objective.json"))
+        log_completion_sample(tracker, run_id, out / "completions.jsonl")
         tracker.end_run(run_id, "FINISHED")
     return TrialResult(result, steps=len(recorder.history), seconds=time.monotonic() - t0, run_id=run_id, output_dir=str(out))

@@ -8,6 +8,7 @@ its registry entry so TRL logs it as ``rewards/<name>/mean``.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Callable, Dict, List, Sequence
 
 RewardFunc = Callable[..., List[float]]
@@ -35,18 +36,28 @@ def completion_text(completion: Any) -> str:
     return str(completion)
 
 
-def build_reward(name: str, kwargs: Dict[str, Any] | None = None) -> RewardFunc:
-    """Instantiate a registered reward; unknown names fail with the list of available ones."""
-    _load_builtin()
+def build_reward(name: str, kwargs: Dict[str, Any] | None = None, context: Dict[str, Any] | None = None) -> RewardFunc:
+    """Instantiate a registered reward; unknown names fail with the list of available ones.
+
+    ``context`` holds trial facts (``output_dir``, ``max_completion_length``, ``max_steps``); each is passed
+    only to factories that declare a parameter of that name, and never overrides a configured value.
+    """
+    load_builtin()
     if name not in REGISTRY:
         raise KeyError(f"reward.funcs[].name={name!r} is not a registered reward; available: {', '.join(sorted(REGISTRY))}")
-    fn = REGISTRY[name](**(kwargs or {}))
+    factory = REGISTRY[name]
+    accepted = inspect.signature(factory).parameters
+    unknown = set(kwargs or {}) - set(accepted)
+    if unknown:
+        raise TypeError(f"reward {name!r}: unknown argument(s) {sorted(unknown)}; allowed: {', '.join(accepted)}")
+    extra = {k: v for k, v in (context or {}).items() if k in accepted and k not in (kwargs or {})}
+    fn = factory(**(kwargs or {}), **extra)
     fn.__name__ = name
     return fn
 
 
-def _load_builtin() -> None:
-    from sweeprl.rewards import text  # noqa: F401  (registers length, charset)
+def load_builtin() -> None:
+    from sweeprl.rewards import ocaml, text  # noqa: F401  (registers ocaml_syntax_aware, length, charset)
 
 
 __all__ = ["REGISTRY", "RewardFunc", "build_reward", "completion_text", "register"]

@@ -1,0 +1,81 @@
+"""Completions scored per second by the OCaml syntax-aware reward: parallel (workers = cores) vs sequential,
+measured side by side on the shipped problems with a realistic mix of completions:
+
+- correct: the reference solution + end marker;
+- type error: the reference + one ill-typed top-level definition;
+- syntax error: the reference with a broken line inserted;
+- failing: another problem's reference solution (compiles, the tests do not type-check against it).
+
+    .venv/bin/python bench/ocaml_scoring.py --write
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchmarks_md import update_row  # noqa: E402
+
+MARK = "(* END *)"
+
+
+def completions():
+    from sweeprl.ocaml_data import shipped_problems
+
+    problems = shipped_problems()
+    jobs = []
+    for i, p in enumerate(problems):
+        ref = p["reference_solution"].rstrip("\n") + "\n"
+        other = problems[(i + 1) % len(problems)]["reference_solution"].rstrip("\n") + "\n"
+        lines = ref.splitlines()
+        broken = "\n".join(lines[:2] + ["let = in"] + lines[2:]) + "\n"
+        jobs += [
+            (ref + MARK, p["tests"], False),
+            (ref + 'let broken_helper (x : int) : string = x + 1\n' + MARK, p["tests"], False),
+            (broken + MARK, p["tests"], False),
+            (other + MARK, p["tests"], False),
+        ]
+    return jobs
+
+
+def rate(scorer, jobs) -> tuple[float, list]:
+    t0 = time.perf_counter()
+    scores = scorer.score_many(jobs)
+    return len(jobs) / (time.perf_counter() - t0), scores
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--write", action="store_true")
+    args = ap.parse_args()
+    from sweeprl.rewards.ocaml import OCamlScorer
+
+    jobs = completions()
+    cores = os.cpu_count() or 1
+    seq, par = OCamlScorer(workers=1), OCamlScorer(workers=cores)
+    seq_rates, par_rates = [], []
+    for i in range(args.repeats):
+        r_seq, s_seq = rate(seq, jobs)
+        r_par, s_par = rate(par, jobs)
+        assert [s.reward for s in s_seq] == [s.reward for s in s_par], "parallel scoring changed a reward"
+        seq_rates.append(r_seq)
+        par_rates.append(r_par)
+        print(f"repeat {i + 1}: sequential {r_seq:.1f}/s, parallel ({cores} workers) {r_par:.1f}/s", flush=True)
+    mix = {"correct (1.0)": sum(s.reward == 1.0 for s in s_par), "other": sum(s.reward != 1.0 for s in s_par)}
+    best_seq, best_par = max(seq_rates), max(par_rates)
+    ratio = best_par / best_seq
+    print(f"\n{len(jobs)} completions ({mix}), isolation={seq.sandbox.isolation}: sequential {best_seq:.1f}/s, "
+          f"parallel {best_par:.1f}/s, speed-up {ratio:.2f}x on {cores} cores")  # fmt: skip
+    if args.write:
+        update_row("ocaml_scoring", f"OCaml reward: completions scored/s, {cores} workers ({len(jobs)} mixed completions, {seq.sandbox.isolation})",
+                   f"same scorer, 1 worker ({best_seq:.1f}/s)", f"{ratio:.2f}x ({best_par:.1f}/s)")  # fmt: skip
+        print("BENCHMARKS.md updated")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,66 @@
+"""``experiment=ocaml_grpo`` end to end on CPU with the tiny model (which writes garbage: rewards near 0)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import optuna
+import pytest
+from mlflow.tracking import MlflowClient
+
+from conftest import PYTHON, compose_cfg
+
+pytestmark = pytest.mark.e2e
+STUDY = "ocaml_grpo-lr_kl"
+
+
+def test_ocaml_prompts_plain_and_chat(model_cache):
+    from sweeprl.data import build_datasets
+    from sweeprl.models.tiny import build_tokenizer
+
+    cfg = compose_cfg(["experiment=ocaml_grpo", "model=tiny"])
+    train, val = build_datasets(cfg.data, build_tokenizer())
+    assert len(train) + len(val) >= 60 and len(val) >= 1
+    assert set(train["id"]).isdisjoint(val["id"])
+    first = train[0]["prompt"]
+    assert first.startswith("(* ") and "(* END *)" in first  # plain template: an OCaml comment
+    again, _ = build_datasets(cfg.data, build_tokenizer())
+    assert again["id"] == train["id"]  # deterministic split
+
+    class ChatTok:
+        chat_template = "{{ messages }}"
+
+    from sweeprl.ocaml_data import format_prompt, options
+
+    msgs = format_prompt("Write f.", options(cfg.data), ChatTok())
+    assert [m["role"] for m in msgs] == ["system", "user"] and "(* END *)" in msgs[1]["content"]
+
+
+def test_two_trial_ocaml_sweep_on_cpu(tmp_path, model_cache):
+    cmd = [
+        PYTHON, "-m", "sweeprl", "-m", "experiment=ocaml_grpo", "model=tiny", "lora=none", "sweep=lr_kl",
+        "hydra.sweeper.n_trials=2", "hydra.sweeper.sampler.seed=0", "algo.max_steps=2",
+        "algo.per_device_train_batch_size=12", "generation.max_completion_length=48", "data.max_prompt_length=200",
+        f"model.cache_dir={model_cache}",
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    study = optuna.load_study(study_name=STUDY, storage=f"sqlite:///{tmp_path}/multirun/{STUDY}/optuna.db")
+    assert [t.state.name for t in study.trials] == ["COMPLETE", "COMPLETE"]
+    for t in study.trials:
+        trial_dir = tmp_path / "multirun" / STUDY / f"trial_{t.number}"
+        history = [json.loads(line) for line in (trial_dir / "metrics.jsonl").read_text().splitlines()]
+        assert len(history) == 2
+        for comp in ("structural", "typecheck", "compile", "tests"):
+            assert f"rewards/ocaml/{comp}" in history[0]
+        scored = [json.loads(line) for line in (trial_dir / "completions.jsonl").read_text().splitlines()]
+        assert len(scored) == 2 * 12  # every scored completion, with its breakdown
+        assert {"step", "problem_id", "completion", "reward", "structural", "typecheck", "compile", "tests"} <= set(scored[0])
+        assert all(0.0 <= s["reward"] <= 1.0 for s in scored)
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    exp = client.get_experiment_by_name(STUDY)
+    children = [r for r in client.search_runs([exp.experiment_id]) if r.data.tags.get("sweeprl.role") == "trial"]
+    assert len(children) == 2
+    artifacts = {a.path for a in client.list_artifacts(children[0].info.run_id)}
+    assert "completions_sample.json" in artifacts
