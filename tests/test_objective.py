@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from sweeprl.objective import ObjectiveError, compute_objective, cvar_upper, iqr, stability_terms
+from sweeprl.objective import ObjectiveError, compute_objective, stability_terms
+from sweeprl.stability import cvar_upper, iqr
 from sweeprl.config.schema import ObjectiveConfig
 
 
@@ -30,8 +31,8 @@ def hist(rewards, **series):
 def test_flat_curve_has_no_penalties():
     res = compute_objective(hist([0.5] * 20), cfg())
     assert res.value == pytest.approx(0.5)
-    assert res.terms == {"late_reward": 0.5, "dispersion": 0.0, "drawdown": 0.0, "kl_excess": 0.0,
-                         "entropy_collapse": 0.0, "non_finite": 0.0}  # fmt: skip
+    assert res.terms == {"late_reward": 0.5, "dispersion": 0.0, "drawdown": 0.0, "short_term_risk": 0.0,
+                         "kl_excess": 0.0, "entropy_collapse": 0.0, "mode_collapse": 0.0, "non_finite": 0.0}  # fmt: skip
 
 
 def test_late_window_and_dispersion_by_hand():
@@ -47,6 +48,8 @@ def test_late_window_and_dispersion_by_hand():
 def test_collapse_after_peak_costs_drawdown():
     rising = [i / 20 for i in range(40)] + [2.0] * 10  # monotone: no drawdown
     collapse = [i / 20 for i in range(40)] + [0.2] * 10
+    # worst 5 % of 49 single-step changes = 3 of them: the drop of 1.75 and two flat steps
+    assert stability_terms(hist(collapse), cfg())["short_term_risk"] == pytest.approx((1.95 - 0.2) / 3)
     r_ok = stability_terms(hist(rising), cfg())
     r_bad = stability_terms(hist(collapse), cfg())
     assert r_ok["drawdown"] == pytest.approx(0.0, abs=1e-12)
@@ -66,6 +69,26 @@ def test_kl_excess_and_entropy_collapse():
     assert res.raw["entropy_drop"] == pytest.approx(0.9)
     assert res.terms["entropy_collapse"] == pytest.approx(0.5 * 0.4)
     assert res.value == pytest.approx(1.0 - 1.1 / 8 - 0.2)
+
+
+def test_mode_collapse_and_validation_reward():
+    h = hist([1.0] * 8, frac_reward_zero_std=[1.0] * 8)
+    res = compute_objective(h, cfg(zero_std_free=0.5))
+    assert res.terms["mode_collapse"] == pytest.approx(0.5 * 0.5)
+    # a validation reward, when logged, replaces the training reward in the reward term
+    h = hist([1.0] * 8)
+    h[3]["eval_reward"] = 0.2
+    h[7]["eval_reward"] = 0.4
+    res = compute_objective(h, cfg(window=0.5))
+    assert res.terms["late_reward"] == pytest.approx(0.4) and res.raw["train_late_reward"] == pytest.approx(1.0)
+
+
+def test_pareto_returns_reward_and_instability():
+    h = hist([0.0, 1.0, 0.0, 1.0, 0.0, 1.0, 0.0, 1.0])
+    res = compute_objective(h, cfg(name="pareto"))
+    assert res.values[0] == pytest.approx(res.terms["late_reward"])
+    assert res.values[1] == pytest.approx(sum(v for k, v in res.terms.items() if k != "late_reward"))
+    assert res.values[1] > 0
 
 
 def test_non_finite_steps_are_penalised_and_ignored_in_reward():

@@ -67,3 +67,19 @@ def test_default_tiny_model_size(model_cache):
     cfg = compose_cfg(["experiment=quickstart", f"model.cache_dir={model_cache}"])
     model = AutoModelForCausalLM.from_pretrained(model_path(cfg.model))
     assert 200_000 < model.num_parameters() < 600_000  # "a few hundred K params"
+
+
+def test_best_of_n_is_logged_once_all_reward_functions_have_scored():
+    from sweeprl.rewards.best_of_n import best_of_n, with_best_of_n
+
+    assert best_of_n([0.1, 0.5, None, 0.2], group_size=2) == pytest.approx(0.35)
+    a = lambda completions, **_: [1.0, 0.0, 0.0, 0.5]  # noqa: E731
+    b = lambda completions, **_: [0.0, 1.0, None, 0.0]  # noqa: E731
+    logged = []
+    fa, fb = with_best_of_n([a, b], [1.0, 2.0], group_size=2)
+    completions = ["w", "x", "y", "z"]
+    fa(completions=completions, log_metric=lambda k, v: logged.append((k, v)))
+    assert logged == []  # b has not scored this batch yet
+    assert fb(completions=completions, log_metric=lambda k, v: logged.append((k, v))) == [0.0, 1.0, None, 0.0]
+    # totals: [1, 2, 0, 0.5] -> groups (1, 2) and (0, 0.5) -> mean of bests = (2 + 0.5) / 2
+    assert logged == [("reward_best_of_n", pytest.approx(1.25))]

@@ -3,6 +3,7 @@
 ``python -m sweeprl [hydra overrides]``        one trial (e.g. experiment=quickstart algo.learning_rate=3e-4)
 ``python -m sweeprl -m [overrides] sweep=...``  an Optuna sweep through the sweeprl Hydra sweeper
 ``python -m sweeprl score ...``                 score completions with a reward (see ``score --help``)
+``python -m sweeprl diagnose SOURCE``           the post-mortem of one run (see ``diagnose --help``)
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import sys
 from typing import List, Optional
 
 
-SUBCOMMANDS = {"score": "sweeprl.score_cli"}
+SUBCOMMANDS = {"score": "sweeprl.score_cli", "diagnose": "sweeprl.diagnose_cli"}
 
 
 def main(argv: Optional[List[str]] = None) -> None:

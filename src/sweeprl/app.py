@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+from typing import Any
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -15,15 +16,18 @@ from sweeprl.config import CONFIG_DIR
 log = logging.getLogger("sweeprl")
 
 
-def trial_task(cfg: DictConfig) -> float:
+def trial_task(cfg: DictConfig) -> Any:
     """Hydra task function: train one configuration, return its objective value to the sweeper."""
     from sweeprl.trial import run_trial
 
     hc = HydraConfig.get()
-    result = run_trial(cfg, hc.runtime.output_dir, progress_bars=hc.mode == RunMode.RUN)
+    sweep_params = {}
+    if hc.mode == RunMode.MULTIRUN and hc.sweeper.get("params"):
+        sweep_params = {str(k): str(v) for k, v in hc.sweeper.params.items()}
+    result = run_trial(cfg, hc.runtime.output_dir, progress_bars=hc.mode == RunMode.RUN, sweep_params=sweep_params)
     if hc.mode == RunMode.RUN:
         _print_single_run_summary(cfg, result)
-    return result.value
+    return result.objective.values if result.objective.name == "pareto" else result.value
 
 
 def _print_single_run_summary(cfg: DictConfig, result) -> None:
@@ -40,6 +44,14 @@ def _print_single_run_summary(cfg: DictConfig, result) -> None:
     table.add_row("objective", f"{result.value:.4g}")
     console.print(table)
     console.print(f"{result.steps} logged steps in {result.seconds:.1f} s; files in {result.output_dir}", soft_wrap=True)
+    findings = result.diagnosis.findings if result.diagnosis else []
+    if findings:
+        console.print(f"diagnosis ({len(findings)} finding(s), full report in diagnosis.md):")
+        for f in findings[:3]:
+            overrides = " ".join(c["override"] for c in f.recommendation["changes"] if c.get("override"))
+            console.print(f"  {f.severity.upper()} {f.id}: {f.evidence}" + (f" -> try {overrides}" if overrides else ""), soft_wrap=True)
+    else:
+        console.print("diagnosis: no problems found")
     if cfg.tracking.enabled:
         console.print(f"MLflow: {ui_command(resolve_uri(cfg.tracking.uri))}", soft_wrap=True)
 

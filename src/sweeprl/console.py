@@ -24,17 +24,18 @@ def _fmt(v: Optional[float]) -> str:
 def trials_table(rows: Sequence[TrialRow], title: str, max_rows: int = 50) -> Table:
     """Rank, trial, state, objective, its terms and the swept params of each trial."""
     param_keys: List[str] = sorted({k for r in rows for k in r.params})
-    term_keys: List[str] = [k for k in ("late_reward", "dispersion", "drawdown", "kl_excess", "entropy_collapse", "non_finite")
-                            if any(k in r.terms for r in rows)]  # fmt: skip
+    show_terms = any(r.terms for r in rows)
     table = Table(title=title, show_lines=False)
     for col in ("rank", "trial", "state", "objective"):
         table.add_column(col, justify="right" if col != "state" else "left")
-    for k in term_keys:
-        table.add_column(k, justify="right")
+    if show_terms:
+        table.add_column("late_reward", justify="right")
+        table.add_column("penalties", justify="right")
     for k in param_keys:
         table.add_column(k, justify="right")
     table.add_column("s", justify="right")
-    table.add_column("reason")
+    table.add_column("findings", no_wrap=True, max_width=48, overflow="ellipsis")
+    table.add_column("reason", no_wrap=True, max_width=60, overflow="ellipsis")
     rank = 0
     for r in rows[:max_rows]:
         rank_txt = ""
@@ -42,9 +43,12 @@ def trials_table(rows: Sequence[TrialRow], title: str, max_rows: int = 50) -> Ta
             rank += 1
             rank_txt = str(rank)
         cells = [rank_txt, str(r.number), r.state, _fmt(r.value)]
-        cells += [_fmt(r.terms.get(k)) for k in term_keys]
+        if show_terms:
+            late = r.terms.get("late_reward", r.terms.get("final_reward"))
+            penalties = sum(v for k, v in r.terms.items() if k not in ("late_reward", "final_reward")) if r.terms else None
+            cells += [_fmt(late), _fmt(penalties)]
         cells += [_fmt(r.params[k]) if isinstance(r.params.get(k), float) else str(r.params.get(k, "-")) for k in param_keys]
-        cells += [f"{r.seconds:.0f}" if r.seconds is not None else "-", r.reason[:60]]
+        cells += [f"{r.seconds:.0f}" if r.seconds is not None else "-", ",".join(r.findings), r.reason]
         table.add_row(*cells)
     return table
 

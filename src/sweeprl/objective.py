@@ -2,37 +2,44 @@
 
 ``objective=stability_adjusted`` (sweep default)::
 
-    value = late_reward - w_dispersion * dispersion - w_drawdown * drawdown
+    value = late_reward - w_dispersion * dispersion - w_drawdown * drawdown - w_short_term_risk * short_term_risk
                         - w_kl_excess * kl_excess - w_entropy_collapse * entropy_collapse
-                        - w_non_finite * non_finite
+                        - w_mode_collapse * mode_collapse - w_non_finite * non_finite
 
-with, on the logged reward curve r_1..r_n and a late window of the last ``ceil(window * n)`` steps:
+with, on the logged reward curve r_1..r_n and a late window of the last ``ceil(window * n)`` steps
+(quantities from :mod:`sweeprl.stability`, in reward units so the weights read as "reward per unit"):
 
-- ``late_reward``: mean of r over the late window;
-- ``dispersion``: inter-quartile range of the step-to-step differences of r in the late window (Chan et al.
-  2020's dispersion across time, detrended by differencing) — noisy, spiky late training costs;
-- ``drawdown``: mean of the worst 5 % drawdowns of a 5-step moving average of r from its running maximum
-  (long-term risk as CVaR) — a run that peaks and then collapses costs;
+- ``late_reward``: mean of r over the late window — of the *validation* reward (``eval_reward``, evaluated
+  every ``data.eval_every`` updates on held-out prompts) when the run has one, so a sweep cannot win by
+  overfitting its training prompts;
+- ``dispersion``: IQR of the step-to-step differences of r in the late window (Chan et al.'s dispersion
+  across time) — noisy, spiky late training costs;
+- ``drawdown``: CVaR (worst 5 %) of the drawdowns of a 5-step moving average of r from its running maximum
+  (long-term risk) — a run that peaks and then collapses costs;
+- ``short_term_risk``: CVaR (worst 5 %) of the single-step drops of r;
 - ``kl_excess``: mean over steps of max(0, kl - target_kl) (GRPO ``kl``, or PPO ``objective/kl``);
 - ``entropy_collapse``: max(0, relative entropy drop from the first to the late window - entropy_drop_free);
+- ``mode_collapse``: max(0, mean ``frac_reward_zero_std`` - zero_std_free) (groups whose samples all score
+  the same carry no learning signal);
 - ``non_finite``: fraction of logged steps where reward, loss, kl, entropy or grad_norm is NaN/inf.
 
-All penalty terms are in reward units (except the two fractions), so the weights in ``conf/objective/`` read
-as "how much reward one unit of this instability is worth". ``objective=reward`` is the baseline: the mean
-reward of the last ``final_steps`` logged steps.
+``objective=reward`` is the baseline: the mean reward of the last ``final_steps`` logged steps.
+``objective=pareto`` returns two values to a multi-objective study: (late_reward, instability) with
+instability = the sum of the weighted penalties above, maximised and minimised respectively.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Sequence
 
 import numpy as np
 
-KL_KEYS = ("kl", "objective/kl")
-ENTROPY_KEYS = ("entropy", "objective/entropy")
-FINITE_WATCH = ("reward", "loss", "kl", "entropy", "grad_norm", "objective/kl", "objective/entropy")
+from sweeprl import stability
+from sweeprl.stability import KL_KEYS, series
+
+PENALTIES = ("dispersion", "drawdown", "short_term_risk", "kl_excess", "entropy_collapse", "mode_collapse", "non_finite")
+EVAL_REWARD_KEYS = ("eval_reward", "eval_objective/scores")
 
 
 class ObjectiveError(ValueError):
@@ -46,112 +53,67 @@ class ObjectiveResult:
     terms: Dict[str, float] = field(default_factory=dict)  # weighted contributions (penalties positive)
     raw: Dict[str, float] = field(default_factory=dict)  # the unweighted stability quantities
 
+    @property
+    def values(self) -> List[float]:
+        """What the study is told: one value, or (reward, instability) for objective=pareto."""
+        if self.name == "pareto":
+            return [self.terms["late_reward"], self.instability]
+        return [self.value]
+
+    @property
+    def instability(self) -> float:
+        return float(sum(v for k, v in self.terms.items() if k in PENALTIES))
+
     def as_dict(self) -> Dict[str, Any]:
-        return {"objective": self.value, "name": self.name, "terms": self.terms, "raw": self.raw}
-
-
-def series(history: Sequence[Mapping[str, Any]], *keys: str) -> np.ndarray:
-    """Values of the first key of ``keys`` present in each record (records without any are skipped)."""
-    out = []
-    for rec in history:
-        for k in keys:
-            if k in rec and rec[k] is not None:
-                out.append(float(rec[k]))
-                break
-    return np.asarray(out, dtype=float)
-
-
-def window_size(n: int, fraction: float) -> int:
-    return max(1, min(n, math.ceil(fraction * n)))
-
-
-def iqr(x: np.ndarray) -> float:
-    if x.size < 2:
-        return 0.0
-    q75, q25 = np.percentile(x, [75, 25])
-    return float(q75 - q25)
-
-
-def cvar_upper(x: np.ndarray, alpha: float = 0.05) -> float:
-    """Mean of the largest ``ceil(alpha * n)`` values (expected worst case)."""
-    if x.size == 0:
-        return 0.0
-    k = max(1, math.ceil(alpha * x.size))
-    return float(np.sort(x)[-k:].mean())
-
-
-def moving_average(x: np.ndarray, k: int = 5) -> np.ndarray:
-    if x.size < k:
-        return x.copy()
-    kernel = np.ones(k) / k
-    return np.convolve(x, kernel, mode="valid")
-
-
-def non_finite_fraction(history: Sequence[Mapping[str, Any]]) -> float:
-    if not history:
-        return 0.0
-    bad = 0
-    for rec in history:
-        vals = [rec[k] for k in FINITE_WATCH if k in rec and rec[k] is not None]
-        if any(not math.isfinite(float(v)) for v in vals):
-            bad += 1
-    return bad / len(history)
+        return {"objective": self.value, "name": self.name, "values": self.values, "terms": self.terms, "raw": self.raw}
 
 
 def stability_terms(history: Sequence[Mapping[str, Any]], objective_cfg: Any) -> Dict[str, float]:
     """The unweighted quantities of the stability-adjusted objective (see module docstring)."""
-    rewards_all = series(history, objective_cfg.reward_key)
-    rewards = rewards_all[np.isfinite(rewards_all)]
-    if rewards.size == 0:
-        raise ObjectiveError(f"no finite '{objective_cfg.reward_key}' value in {len(history)} logged steps")
-    w = window_size(rewards.size, objective_cfg.window)
-    late = rewards[-w:]
-    smooth = moving_average(rewards)
-    drawdowns = np.maximum.accumulate(smooth) - smooth
-
+    keys = (objective_cfg.reward_key, *stability.REWARD_KEYS)
+    try:
+        rep = stability.compute(history, window=objective_cfg.window, target_kl=objective_cfg.target_kl, reward_keys=keys)
+    except ValueError as exc:
+        raise ObjectiveError(str(exc)) from exc
+    late_reward = rep.late_reward
+    eval_r = series(history, *EVAL_REWARD_KEYS)
+    if eval_r.size:
+        late_reward = float(eval_r[-stability.window_size(eval_r.size, objective_cfg.window):].mean())
     kl = series(history, *KL_KEYS)
-    kl = kl[np.isfinite(kl)]
-    kl_excess = float(np.maximum(kl - objective_cfg.target_kl, 0.0).mean()) if kl.size else 0.0
-
-    ent = series(history, *ENTROPY_KEYS)
-    ent = ent[np.isfinite(ent)]
-    entropy_drop = 0.0
-    if ent.size >= 2:
-        we = window_size(ent.size, objective_cfg.window)
-        start = float(ent[:we].mean())
-        if start > 0:
-            entropy_drop = max(0.0, 1.0 - float(ent[-we:].mean()) / start)
-
-    return {
-        "late_reward": float(late.mean()),
-        "dispersion": iqr(np.diff(late)),
-        "drawdown": cvar_upper(drawdowns),
-        "kl_excess": kl_excess,
-        "entropy_drop": entropy_drop,
-        "entropy_collapse": max(0.0, entropy_drop - objective_cfg.entropy_drop_free),
-        "non_finite": non_finite_fraction(history),
-    }
+    raw = rep.as_dict()
+    raw.update(
+        late_reward=late_reward,
+        train_late_reward=rep.late_reward,
+        dispersion=rep.dispersion_raw,
+        drawdown=rep.drawdown_raw,
+        short_term_risk=rep.short_term_risk_raw,
+        kl_excess=float(np.maximum(kl - objective_cfg.target_kl, 0.0).mean()) if kl.size else 0.0,
+        entropy_collapse=max(0.0, rep.entropy_drop - objective_cfg.entropy_drop_free),
+        mode_collapse=max(0.0, rep.frac_reward_zero_std - objective_cfg.zero_std_free),
+        non_finite=rep.non_finite_fraction,
+        uses_validation_reward=float(eval_r.size > 0),
+    )
+    return raw
 
 
 def compute_objective(history: Sequence[Mapping[str, Any]], objective_cfg: Any) -> ObjectiveResult:
-    """The trial value for ``objective_cfg.name`` (stability_adjusted or reward)."""
+    """The trial value for ``objective_cfg.name`` (stability_adjusted, pareto or reward)."""
     if objective_cfg.name == "reward":
-        rewards = series(history, objective_cfg.reward_key)
-        rewards = rewards[np.isfinite(rewards)]
+        rewards = series(history, objective_cfg.reward_key, *stability.REWARD_KEYS)
         if rewards.size == 0:
             raise ObjectiveError(f"no finite '{objective_cfg.reward_key}' value in {len(history)} logged steps")
         value = float(rewards[-objective_cfg.final_steps :].mean())
         return ObjectiveResult(value=value, name="reward", terms={"final_reward": value})
-    if objective_cfg.name != "stability_adjusted":
-        raise ObjectiveError(f"objective.name={objective_cfg.name!r}; allowed: stability_adjusted, reward")
+    if objective_cfg.name not in ("stability_adjusted", "pareto"):
+        raise ObjectiveError(f"objective.name={objective_cfg.name!r}; allowed: stability_adjusted, pareto, reward")
 
     raw = stability_terms(history, objective_cfg)
     weights = objective_cfg.weights
     terms = {"late_reward": raw["late_reward"]}
-    for name in ("dispersion", "drawdown", "kl_excess", "entropy_collapse", "non_finite"):
+    for name in PENALTIES:
         terms[name] = float(getattr(weights, name)) * raw[name]
-    value = terms["late_reward"] - sum(v for k, v in terms.items() if k != "late_reward")
-    return ObjectiveResult(value=float(value), name="stability_adjusted", terms=terms, raw=raw)
+    value = terms["late_reward"] - sum(terms[k] for k in PENALTIES)
+    return ObjectiveResult(value=float(value), name=str(objective_cfg.name), terms=terms, raw=raw)
 
 
 def objective_metrics(result: ObjectiveResult) -> Dict[str, float]:

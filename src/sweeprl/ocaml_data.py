@@ -113,6 +113,7 @@ def format_prompt(task: str, opts: Mapping[str, Any], tokenizer: Any) -> Any:
 def ocaml_problems(data_cfg: DictConfig, tokenizer: Any = None) -> Records:
     opts = options(data_cfg)
     return [
-        {"id": p["id"], "prompt": format_prompt(p["prompt"], opts, tokenizer), "tests": p["tests"]}
+        {"id": p["id"], "prompt": format_prompt(p["prompt"], opts, tokenizer), "tests": p["tests"],
+         "reference_solution": p.get("reference_solution") or ""}  # teacher_relative's teacher
         for p in load_problems(opts)
-    ]
+    ]  # fmt: skip

@@ -45,6 +45,7 @@ class TrialRow:
     terms: Dict[str, float] = field(default_factory=dict)
     reason: str = ""
     seconds: Optional[float] = None
+    findings: List[str] = field(default_factory=list)
 
     @property
     def value(self) -> Optional[float]:
@@ -61,6 +62,7 @@ def row_of(t: FrozenTrial) -> TrialRow:
         terms=dict(t.user_attrs.get("objective_terms", {})),
         reason=str(t.user_attrs.get("fail_reason", "") or t.user_attrs.get("prune_reason", "")),
         seconds=seconds,
+        findings=list(t.user_attrs.get("findings", [])),
     )
 
 

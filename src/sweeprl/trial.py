@@ -5,7 +5,8 @@ validate -> rewards -> device -> model path + tokenizer -> datasets -> MLflow ch
 
 - ``resolved_config.yaml``  the config of this trial with every interpolation resolved;
 - ``metrics.jsonl``         one JSON object per logging step (TRL's metric names plus ``step``);
-- ``objective.json``        the objective value, its weighted terms and the raw stability quantities.
+- ``objective.json``        the objective value, its weighted terms and the raw stability quantities;
+- ``diagnosis.md`` / ``diagnosis.json``  the post-mortem of the run (:mod:`sweeprl.diagnosis`).
 """
 
 from __future__ import annotations
@@ -15,12 +16,12 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
 from sweeprl.config import validate
-from sweeprl.objective import ObjectiveResult, compute_objective, objective_metrics
+from sweeprl.objective import ObjectiveError, ObjectiveResult, compute_objective, objective_metrics
 from sweeprl.tracking import (
     PARENT_TAG,
     TAG_ROLE,
@@ -42,6 +43,8 @@ class TrialResult:
     seconds: float
     run_id: Optional[str]
     output_dir: str
+    diagnosis: Any = None
+    stopped_reason: Optional[str] = None  # a guard (or the pruner) stopped training early
 
     @property
     def value(self) -> float:
@@ -68,7 +71,7 @@ def start_tracking(cfg: DictConfig, resolved: Dict[str, Any]) -> tuple[Optional[
         tags[TAG_TRIAL] = str(rt.trial_number)
     if rt.parent_run_id:
         tags[PARENT_TAG] = rt.parent_run_id
-    name = f"trial-{rt.trial_number}" if rt.trial_number is not None else f"{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    name = f"trial-{rt.trial_number}{rt.run_suffix}" if rt.trial_number is not None else f"{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     run_id = tracker.start_run(exp_id, name, tags)
     if cfg.tracking.log_params:
         tracker.log_params(run_id, flatten(resolved))
@@ -87,7 +90,69 @@ def log_completion_sample(tracker: SafeTracker, run_id: Optional[str], path: Pat
     tracker.call("log completions table", tracker.client.log_table, run_id, data=table, artifact_file="completions_sample.json")
 
 
-def run_trial(cfg: DictConfig, output_dir: str | Path, progress_bars: bool = False) -> TrialResult:
+def write_diagnosis(history: List[Dict[str, float]], resolved: Dict[str, Any], out: Path, sweep_params: Dict[str, str]):
+    """Diagnose the run, write diagnosis.md/json into its dir, return the Diagnosis."""
+    from sweeprl.diagnosis import diagnose, to_markdown
+    from sweeprl.history import RunHistory, config_values, normalise
+
+    config, algo = config_values(resolved)
+    run = RunHistory(source=str(out), records=[normalise(r, i) for i, r in enumerate(history)], config=config, algo=algo,
+                     sweep_params=dict(sweep_params), trial_dir=str(out), target_kl=resolved["objective"]["target_kl"])  # fmt: skip
+    d = diagnose(run)
+    (out / "diagnosis.md").write_text(to_markdown(d))
+    (out / "diagnosis.json").write_text(json.dumps(d.as_dict(), indent=2, default=str))
+    return d
+
+
+def make_pruning_callback(cfg: DictConfig):
+    """Guards always; pruner reports only inside a sweep (storage + trial number given)."""
+    from sweeprl.pruning import PruningCallback, load_trial, pruner_from_hydra
+
+    rt = cfg.sweeprl
+    trial = None
+    if rt.storage and rt.study_name and rt.trial_number is not None and rt.report_to_pruner:
+        trial = load_trial(rt.storage, rt.study_name, int(rt.trial_number), pruner=pruner_from_hydra())
+    return PruningCallback(cfg, trial)
+
+
+def _end_failed(tracker: Optional[SafeTracker], run_id: Optional[str], recorder: Any, exc: BaseException) -> None:
+    recorder.flush()
+    if tracker:
+        tracker.set_tags(run_id, {TAG_STATE: "FAIL", "sweeprl.fail_reason": f"{type(exc).__name__}: {exc}"[:5000]})
+        tracker.end_run(run_id, "KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED")
+
+
+def _stopped(cfg, out: Path, tracker, run_id, recorder, pruning, result, resolved, sweep_params, t0) -> TrialResult:
+    """A guard or the pruner stopped training: keep the partial record, then end as PRUNED (sweep) or return."""
+    import optuna
+
+    recorder.flush()
+    payload = {**(result.as_dict() if result else {"objective": None}), "run_id": run_id, "pruned": True,
+               "prune_reason": pruning.reason, "stopped_at_step": pruning.stopped_at}  # fmt: skip
+    (out / "objective.json").write_text(json.dumps(payload, indent=2))
+    diagnosis = write_diagnosis(recorder.history, resolved, out, sweep_params or {}) if recorder.history else None
+    in_sweep = cfg.sweeprl.trial_number is not None
+    if tracker:
+        if result:
+            step = recorder.history[-1]["step"] if recorder.history else 0
+            tracker.log_metrics(run_id, [(k, v, step) for k, v in objective_metrics(result).items()])
+        tracker.set_tags(run_id, {TAG_STATE: "PRUNED" if in_sweep else "STOPPED", "prune_reason": pruning.reason})
+        tracker.log_artifact(run_id, str(out / "objective.json"))
+        tracker.log_artifact(run_id, str(out / "metrics.jsonl"))
+        if diagnosis:
+            tracker.log_artifact(run_id, str(out / "diagnosis.md"))
+            tracker.set_tags(run_id, {f"diag.{f.id}": f.severity for f in diagnosis.findings})
+        tracker.end_run(run_id, "KILLED" if in_sweep else "FINISHED")
+    if in_sweep:
+        raise optuna.TrialPruned(pruning.reason)
+    if result is None:
+        raise ObjectiveError(f"training stopped ({pruning.reason}) before any finite reward was logged")
+    return TrialResult(result, steps=len(recorder.history), seconds=time.monotonic() - t0, run_id=run_id,
+                       output_dir=str(out), diagnosis=diagnosis, stopped_reason=pruning.reason)  # fmt: skip
+
+
+def run_trial(cfg: DictConfig, output_dir: str | Path, progress_bars: bool = False,
+              sweep_params: Optional[Dict[str, str]] = None) -> TrialResult:  # fmt: skip
     """Train one configuration and return its objective. Raises on invalid config or failed training.
 
     ``progress_bars``: a progress bar (interactive single runs); otherwise one log line per fifth of training.
@@ -107,6 +172,9 @@ def run_trial(cfg: DictConfig, output_dir: str | Path, progress_bars: bool = Fal
                "max_steps": cfg.algo.max_steps}  # fmt: skip
     reward_funcs = [build_reward(spec.name, OmegaConf.to_container(spec.kwargs, resolve=True), context) for spec in cfg.reward.funcs]
     reward_weights = [float(spec.weight) for spec in cfg.reward.funcs]
+    from sweeprl.rewards.best_of_n import with_best_of_n
+
+    reward_funcs = with_best_of_n(reward_funcs, reward_weights, group_size=int(cfg.algo.get("num_generations", 1) or 1))
     device = resolve_device(cfg.sweeprl.device)
     path = model_path(cfg.model)
 
@@ -121,11 +189,12 @@ def run_trial(cfg: DictConfig, output_dir: str | Path, progress_bars: bool = Fal
         tracker.log_artifact(run_id, str(out / "resolved_config.yaml"))
 
     from sweeprl.training.callbacks import MetricsRecorder, use_progress_display
-    from sweeprl.training.grpo import build_grpo_trainer
+    from sweeprl.training.trl_trainers import build_trl_trainer
 
     recorder = MetricsRecorder(out / "metrics.jsonl", tracker, run_id)
+    pruning = make_pruning_callback(cfg)
     try:
-        trainer = build_grpo_trainer(
+        trainer = build_trl_trainer(
             cfg,
             model=path,
             tokenizer=tokenizer,
@@ -137,20 +206,26 @@ def run_trial(cfg: DictConfig, output_dir: str | Path, progress_bars: bool = Fal
             device=device,
             model_init_kwargs=model_init_kwargs(cfg.model, device),
             peft_config=peft_config(cfg.lora),
-            callbacks=[recorder],
+            callbacks=[recorder, pruning],
         )
         label = f"trial {cfg.sweeprl.trial_number}" if cfg.sweeprl.trial_number is not None else cfg.name
         use_progress_display(trainer, bars=progress_bars, label=label)
         trainer.train()
         result = compute_objective(recorder.history, cfg.objective)
+    except ObjectiveError as exc:
+        if not pruning.reason:
+            _end_failed(tracker, run_id, recorder, exc)
+            raise
+        result = None  # stopped before any finite reward: pruned with no value
     except BaseException as exc:
-        recorder.flush()
-        if tracker:
-            tracker.set_tags(run_id, {TAG_STATE: "FAIL", "sweeprl.fail_reason": f"{type(exc).__name__}: {exc}"[:5000]})
-            tracker.end_run(run_id, "KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED")
+        _end_failed(tracker, run_id, recorder, exc)
         raise
 
+    if pruning.reason:
+        return _stopped(cfg, out, tracker, run_id, recorder, pruning, result, resolved, sweep_params, t0)
+
     (out / "objective.json").write_text(json.dumps({**result.as_dict(), "run_id": run_id, "trainer_summary": recorder.summary}, indent=2))
+    diagnosis = write_diagnosis(recorder.history, resolved, out, sweep_params or {})
     final_step = recorder.history[-1]["step"] if recorder.history else 0
     if tracker:
         tracker.log_metrics(run_id, [(k, v, final_step) for k, v in objective_metrics(result).items()])
@@ -158,5 +233,9 @@ def run_trial(cfg: DictConfig, output_dir: str | Path, progress_bars: bool = Fal
         tracker.log_artifact(run_id, str(out / "metrics.jsonl"))
         tracker.log_artifact(run_id, str(out / "objective.json"))
         log_completion_sample(tracker, run_id, out / "completions.jsonl")
+        tracker.log_artifact(run_id, str(out / "diagnosis.md"))
+        tracker.log_artifact(run_id, str(out / "diagnosis.json"))
+        tracker.set_tags(run_id, {f"diag.{f.id}": f.severity for f in diagnosis.findings})
         tracker.end_run(run_id, "FINISHED")
-    return TrialResult(result, steps=len(recorder.history), seconds=time.monotonic() - t0, run_id=run_id, output_dir=str(out))
+    return TrialResult(result, steps=len(recorder.history), seconds=time.monotonic() - t0, run_id=run_id, output_dir=str(out),
+                       diagnosis=diagnosis)  # fmt: skip

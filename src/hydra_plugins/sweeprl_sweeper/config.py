@@ -76,6 +76,66 @@ class NSGAIISamplerConfig:
     swapping_prob: Optional[float] = None
 
 
+@dataclass
+class NopPrunerConfig:
+    _target_: str = "optuna.pruners.NopPruner"
+
+
+@dataclass
+class MedianPrunerConfig:
+    _target_: str = "optuna.pruners.MedianPruner"
+    n_startup_trials: Optional[int] = None
+    n_warmup_steps: Optional[int] = None
+    interval_steps: Optional[int] = None
+    n_min_trials: Optional[int] = None
+
+
+@dataclass
+class PercentilePrunerConfig:
+    _target_: str = "optuna.pruners.PercentilePruner"
+    percentile: float = 25.0
+    n_startup_trials: Optional[int] = None
+    n_warmup_steps: Optional[int] = None
+    interval_steps: Optional[int] = None
+    n_min_trials: Optional[int] = None
+
+
+@dataclass
+class SuccessiveHalvingPrunerConfig:
+    _target_: str = "optuna.pruners.SuccessiveHalvingPruner"
+    min_resource: Optional[Any] = None
+    reduction_factor: Optional[int] = None
+    min_early_stopping_rate: Optional[int] = None
+    bootstrap_count: Optional[int] = None
+
+
+@dataclass
+class HyperbandPrunerConfig:
+    _target_: str = "optuna.pruners.HyperbandPruner"
+    min_resource: Optional[int] = None
+    max_resource: Optional[Any] = None
+    reduction_factor: Optional[int] = None
+    bootstrap_count: Optional[int] = None
+
+
+@dataclass
+class WilcoxonPrunerConfig:
+    """Optuna's WilcoxonPruner compares per-step values of a trial with the best trial's (paired test)."""
+
+    _target_: str = "optuna.pruners.WilcoxonPruner"
+    p_threshold: Optional[float] = None
+    n_startup_steps: Optional[int] = None
+
+
+PRUNERS = {
+    "none": NopPrunerConfig,
+    "median": MedianPrunerConfig,
+    "percentile": PercentilePrunerConfig,
+    "successive_halving": SuccessiveHalvingPrunerConfig,
+    "hyperband": HyperbandPrunerConfig,
+    "wilcoxon": WilcoxonPrunerConfig,
+}
+
 SAMPLERS = {
     "tpe": TPESamplerConfig,
     "random": RandomSamplerConfig,
@@ -91,9 +151,12 @@ class SweeprlSweeperConf:
     _target_: str = "hydra_plugins.sweeprl_sweeper.sweeper.SweeprlSweeper"
     # the sampler is instantiated by the sweeper (GridSampler needs the search space first)
     _recursive_: bool = False
-    defaults: List[Any] = field(default_factory=lambda: [{"sampler": "tpe"}])
+    defaults: List[Any] = field(default_factory=lambda: [{"sampler": "tpe"}, {"pruner": "median"}])
 
     sampler: Any = MISSING
+    # select with hydra/sweeper/pruner=none|median|percentile|successive_halving|hyperband|wilcoxon; trials
+    # report their running objective every pruning.report_every updates and stop when the pruner says so
+    pruner: Any = MISSING
     # "maximize"/"minimize", or a list of them for a multi-objective study
     direction: Any = "maximize"
     # Optuna storage URL; None = sqlite:///<sweep dir>/optuna.db (persistent, embedded)
@@ -109,6 +172,9 @@ class SweeprlSweeperConf:
     params: Optional[Dict[str, str]] = None
     # "module.function" called as function(cfg, trial) to suggest extra/conditional params
     custom_search_space: Optional[str] = None
+    # run every sampled config once per seed (algo.seed); the trial's value is the mean over seeds minus
+    # objective.weights.across_seeds x their standard deviation; per-seed values in the trial's user attrs
+    seeds: Optional[List[int]] = None
 
 
 def register() -> None:
@@ -116,3 +182,5 @@ def register() -> None:
     cs.store(group="hydra/sweeper", name="sweeprl", node=SweeprlSweeperConf, provider="sweeprl")
     for name, node in SAMPLERS.items():
         cs.store(group="hydra/sweeper/sampler", name=name, node=node, provider="sweeprl")
+    for name, node in PRUNERS.items():
+        cs.store(group="hydra/sweeper/pruner", name=name, node=node, provider="sweeprl")

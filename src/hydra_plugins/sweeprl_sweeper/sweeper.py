@@ -51,6 +51,7 @@ class SweeprlSweeper(Sweeper):
         self,
         sampler: Any,
         direction: Any,
+        pruner: Any,
         storage: Optional[str],
         study_name: Optional[str],
         n_trials: int,
@@ -58,8 +59,10 @@ class SweeprlSweeper(Sweeper):
         max_failure_rate: float,
         params: Optional[Dict[str, str]],
         custom_search_space: Optional[str],
+        seeds: Optional[List[int]] = None,
     ) -> None:
         self.sampler_cfg = sampler
+        self.pruner_cfg = pruner
         self.directions = [str(d) for d in direction] if isinstance(direction, Sequence) and not isinstance(direction, str) else [str(direction)]
         self.storage = storage
         self.study_name = study_name
@@ -68,6 +71,7 @@ class SweeprlSweeper(Sweeper):
         self.max_failure_rate = float(max_failure_rate)
         self.params = dict(params) if params else {}
         self.custom_search_space = custom_search_space
+        self.seeds = [int(x) for x in seeds] if seeds else []
         self.config: Optional[DictConfig] = None
         self.hydra_context: Optional[HydraContext] = None
         self.launcher = None
@@ -109,14 +113,15 @@ class SweeprlSweeper(Sweeper):
     def _make_sampler(self, space: SearchSpace) -> optuna.samplers.BaseSampler:
         if self.sampler_cfg is None:
             return optuna.samplers.TPESampler()
-        given = OmegaConf.to_container(self.sampler_cfg, resolve=True) if isinstance(self.sampler_cfg, DictConfig) else dict(self.sampler_cfg)
-        kwargs = {k: v for k, v in given.items() if v is not None}  # None = Optuna's default
-        if str(kwargs.get("_target_", "")).endswith("GridSampler") and "search_space" not in kwargs:
-            kwargs["search_space"] = _grid_of(space)
-        try:
-            return instantiate(kwargs)
-        except Exception as exc:  # noqa: BLE001 - unknown sampler class or argument
-            raise HydraException(f"hydra.sweeper.sampler cannot be created from {given}: {exc}") from exc
+        extra = {}
+        if str(self.sampler_cfg.get("_target_", "")).endswith("GridSampler") and self.sampler_cfg.get("search_space") is None:
+            extra["search_space"] = _grid_of(space)
+        return _instantiate_optuna("sampler", self.sampler_cfg, extra)
+
+    def _make_pruner(self) -> optuna.pruners.BasePruner:
+        if self.pruner_cfg is None:
+            return optuna.pruners.NopPruner()
+        return _instantiate_optuna("pruner", self.pruner_cfg, {})
 
     def _open_study(self, space: SearchSpace) -> optuna.Study:
         from sweeprl.study import default_storage, make_storage
@@ -131,6 +136,7 @@ class SweeprlSweeper(Sweeper):
             study_name=self.study_name,
             storage=storage,
             sampler=self._make_sampler(space),
+            pruner=self._make_pruner(),
             directions=self.directions,
             load_if_exists=True,
         )
@@ -168,8 +174,36 @@ class SweeprlSweeper(Sweeper):
         return run_id
 
     # ------------------------------------------------------------------------------------ sweep
+    def _task_objective(self) -> str:
+        assert self.config is not None
+        return str(OmegaConf.select(self.config, "objective.name", default="stability_adjusted"))
+
+    def _apply_objective_directions(self) -> None:
+        """objective=pareto makes the study two-objective: (late reward, instability)."""
+        if self._task_objective() == "pareto" and self.directions != ["maximize", "minimize"]:
+            log.info("objective=pareto: study directions set to [maximize (reward), minimize (instability)]")
+            self.directions = ["maximize", "minimize"]
+
+    def _apply_sweep_from(self) -> None:
+        """``+sweep_from=<diagnosis.json>``: replace the search space by the diagnosis's next_sweep."""
+        assert self.config is not None
+        source = OmegaConf.select(self.config, "sweep_from", default=None)
+        if not source:
+            return
+        try:
+            data = json.loads(Path(str(source)).read_text())
+            params = data["next_sweep"]["params"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise SearchSpaceError(f"sweep_from={source!r}: not a diagnosis.json with next_sweep.params ({exc})") from exc
+        for key, value in params.items():
+            if self.params.get(key) != value:
+                log.info("sweep_from: %s: %s -> %s", key, self.params.get(key, "(not swept)"), value)
+        self.params.update({str(k): str(v) for k, v in params.items()})
+
     def sweep(self, arguments: List[str]) -> Any:
         assert self.config is not None and self.launcher is not None
+        self._apply_objective_directions()
+        self._apply_sweep_from()
         self._check_settings()
         space, passthrough = parse_search_space(self.params, arguments)
         if not space.distributions and not self.custom_search_space:
@@ -197,11 +231,13 @@ class SweeprlSweeper(Sweeper):
             if remaining <= 0:
                 break
             trials = [study.ask(fixed_distributions=space.distributions) for _ in range(min(self.n_jobs, remaining))]
-            batch = [self._overrides(t, space, passthrough, parent_run, custom) for t in trials]
-            returns = self.launcher.launch(batch, initial_job_idx=trials[0].number)
-            for trial, ret in zip(trials, returns):
+            seeds: List[Optional[int]] = list(self.seeds) or [None]
+            batch = [self._overrides(t, space, passthrough, parent_run, custom) + self._seed_overrides(seed)
+                     for t in trials for seed in seeds]  # fmt: skip
+            returns = list(self.launcher.launch(batch, initial_job_idx=trials[0].number))
+            for i, trial in enumerate(trials):
                 attempts += 1
-                ok = self._tell(study, trial, ret)
+                ok = self._tell(study, trial, returns[i * len(seeds) : (i + 1) * len(seeds)])
                 failures += 0 if ok else 1
             if failures > max_failures:
                 self._finish(study, tracker, parent_run, tracking_uri, started, status="FAILED")
@@ -210,6 +246,12 @@ class SweeprlSweeper(Sweeper):
                     f"{self.max_failure_rate} x n_trials={self.n_trials} allows; see the fail reasons above"
                 )
         return self._finish(study, tracker, parent_run, tracking_uri, started, status="FINISHED")
+
+    def _seed_overrides(self, seed: Optional[int]) -> List[str]:
+        """Multi-seed runs: the seed, a trial-dir suffix, and no pruner reports (seeds would collide)."""
+        if seed is None:
+            return []
+        return [f"algo.seed={seed}", f"sweeprl.run_suffix=_seed{seed}", "sweeprl.report_to_pruner=false"]
 
     def _overrides(self, trial: optuna.Trial, space: SearchSpace, passthrough: List[str], parent_run: Optional[str], custom) -> List[str]:
         if custom is not None:
@@ -226,37 +268,78 @@ class SweeprlSweeper(Sweeper):
             overrides.append(f"sweeprl.parent_run_id={parent_run}")
         return overrides
 
-    def _tell(self, study: optuna.Study, trial: optuna.Trial, ret: JobReturn) -> bool:
-        """Record one finished job in the study; returns False when the trial failed."""
+    def _tell(self, study: optuna.Study, trial: optuna.Trial, rets: Sequence[JobReturn]) -> bool:
+        """Record one trial (one job, or one job per seed) in the study; returns False when it failed."""
+        from sweeprl.stability import across_runs
         from sweeprl.study import is_finite_values
 
-        trial_dir = _output_dir(ret)
-        objective_file = Path(trial_dir or "/nonexistent") / "objective.json"
-        if trial_dir:
-            trial.set_user_attr("trial_dir", trial_dir)
-        if objective_file.is_file():
-            try:
-                data = json.loads(objective_file.read_text())
-                trial.set_user_attr("objective_terms", data.get("terms", {}))
-                if data.get("run_id"):
-                    trial.set_user_attr("mlflow_run_id", data["run_id"])
-            except (OSError, ValueError):
-                pass
         params = " ".join(f"{k}={format_value(v)}" for k, v in trial.params.items())
-        if ret.status != JobStatus.COMPLETED:
-            exc = ret._return_value
+        dirs = [d for d in (_output_dir(r) for r in rets) if d]
+        if dirs:
+            trial.set_user_attr("trial_dir", dirs[0] if len(dirs) == 1 else dirs)
+        self._record_files(trial, dirs)
+        pruned = [r for r in rets if r.status != JobStatus.COMPLETED and isinstance(r._return_value, optuna.TrialPruned)]
+        failed = [r for r in rets if r.status != JobStatus.COMPLETED and r not in pruned]
+        if failed:
+            exc = failed[0]._return_value
             reason = f"{type(exc).__name__}: {exc}" if exc is not None else "job failed"
             return self._fail(study, trial, reason, params)
-        value = ret._return_value
-        values = list(value) if isinstance(value, (list, tuple)) else [value]
-        if len(values) != len(self.directions):
-            return self._fail(study, trial, f"task returned {len(values)} value(s) for {len(self.directions)} direction(s)", params)
-        if not is_finite_values(values):
-            return self._fail(study, trial, f"objective is not a finite number: {value!r}", params)
-        values = [float(v) for v in values]
+        if pruned:
+            reason = str(pruned[0]._return_value) or "pruned"
+            trial.set_user_attr("prune_reason", reason[:2000])
+            study.tell(trial, state=TrialState.PRUNED)
+            log.info("[trial %d] PRUNED %s (%s)", trial.number, reason, params)
+            return True
+        per_run = []
+        for r in rets:
+            value = r._return_value
+            values = list(value) if isinstance(value, (list, tuple)) else [value]
+            if len(values) != len(self.directions):
+                return self._fail(study, trial, f"task returned {len(values)} value(s) for {len(self.directions)} direction(s)", params)
+            if not is_finite_values(values):
+                return self._fail(study, trial, f"objective is not a finite number: {value!r}", params)
+            per_run.append([float(v) for v in values])
+        values = per_run[0]
+        if len(per_run) > 1:  # several seeds: mean, minus a dispersion penalty on the first objective
+            first = [v[0] for v in per_run]
+            weight = float(OmegaConf.select(self.config, "objective.weights.across_seeds", default=1.0))
+            sign = 1.0 if self.directions[0] == "maximize" else -1.0
+            stats = across_runs(first)
+            values = [sum(v[i] for v in per_run) / len(per_run) for i in range(len(self.directions))]
+            values[0] -= sign * weight * stats["std_runs"]
+            trial.set_user_attr("seed_values", dict(zip(map(str, self.seeds), first)))
+            trial.set_user_attr("across_seeds", stats)
         study.tell(trial, values if len(values) > 1 else values[0])
         log.info("[trial %d] COMPLETE objective=%s %s", trial.number, ", ".join(f"{v:.4g}" for v in values), params)
         return True
+
+    def _record_files(self, trial: optuna.Trial, dirs: Sequence[str]) -> None:
+        """Objective terms, MLflow run ids, findings and step counts from the trial dirs, as user attrs."""
+        terms: Dict[str, List[float]] = {}
+        run_ids, findings, steps = [], [], 0
+        for d in dirs:
+            base = Path(d)
+            try:
+                if (base / "objective.json").is_file():
+                    data = json.loads((base / "objective.json").read_text())
+                    for k, v in (data.get("terms") or {}).items():
+                        terms.setdefault(k, []).append(float(v))
+                    if data.get("run_id"):
+                        run_ids.append(data["run_id"])
+                if (base / "diagnosis.json").is_file():
+                    for f in json.loads((base / "diagnosis.json").read_text()).get("findings", []):
+                        if f["id"] not in findings:
+                            findings.append(f["id"])
+                if (base / "metrics.jsonl").is_file():
+                    steps += sum(1 for line in (base / "metrics.jsonl").open() if line.strip())
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+        if terms:
+            trial.set_user_attr("objective_terms", {k: sum(v) / len(v) for k, v in terms.items()})
+        if run_ids:
+            trial.set_user_attr("mlflow_run_id", run_ids[0] if len(run_ids) == 1 else run_ids)
+        trial.set_user_attr("findings", findings)
+        trial.set_user_attr("steps", steps)
 
     def _fail(self, study: optuna.Study, trial: optuna.Trial, reason: str, params: str) -> bool:
         trial.set_user_attr("fail_reason", reason[:2000])
@@ -293,6 +376,17 @@ class SweeprlSweeper(Sweeper):
         for line in lines:
             console.print(line, soft_wrap=True)
         return results
+
+
+def _instantiate_optuna(what: str, node: Any, extra: Dict[str, Any]) -> Any:
+    """Instantiate a sampler/pruner config; None-valued arguments mean "Optuna's default" and are not passed."""
+    given = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node)
+    kwargs = {k: v for k, v in given.items() if v is not None}
+    kwargs.update(extra)
+    try:
+        return instantiate(kwargs)
+    except Exception as exc:  # noqa: BLE001 - unknown class or argument
+        raise HydraException(f"hydra.sweeper.{what} cannot be created from {given}: {exc}") from exc
 
 
 def _output_dir(ret: JobReturn) -> Optional[str]:

@@ -94,6 +94,33 @@ class GRPOAlgoConfig:
     extra: Dict[str, Any] = f({}, "Any other GRPOConfig field, passed through as is (e.g. +algo.extra.top_entropy_quantile=0.2).")
 
 
+@dataclass
+class RLOOAlgoConfig:
+    name: str = f("rloo", "Algorithm: rloo (TRL RLOOTrainer, REINFORCE leave-one-out baseline).")
+    learning_rate: float = f(1e-6, "Peak learning rate of AdamW.")
+    beta: float = f(0.05, "KL coefficient against the reference model (0 = no reference model is loaded).")
+    num_generations: int = f(4, "Completions sampled per prompt (the leave-one-out group).")
+    per_device_train_batch_size: int = f(8, "Completions per device per optimizer micro-step.")
+    gradient_accumulation_steps: int = f(1, "Micro-steps per optimizer update.")
+    generation_batch_size: Optional[int] = f(None, "Completions generated per generation round; None = batch x accumulation.")
+    num_iterations: int = f(1, "Optimisation passes over each generated batch.")
+    max_grad_norm: float = f(1.0, "Gradient clipping norm.")
+    warmup_steps: float = f(0, "Warmup updates (an int count, or a fraction of max_steps when < 1).")
+    lr_scheduler_type: str = f("constant", "Learning-rate schedule (transformers names: constant, linear, cosine, …).")
+    weight_decay: float = f(0.0, "AdamW weight decay.")
+    optim: str = f("adamw_torch", "Optimizer (transformers name).")
+    epsilon: float = f(0.2, "Lower clipping epsilon of the importance ratio.")
+    epsilon_high: Optional[float] = f(None, "Upper clipping epsilon; None = epsilon.")
+    normalize_advantages: bool = f(False, "Whiten the leave-one-out advantages.")
+    mask_truncated_completions: bool = f(False, "Exclude completions that hit max length from the loss.")
+    disable_dropout: bool = f(True, "Disable dropout in policy and reference model.")
+    gradient_checkpointing: bool = f(False, "Trade compute for memory (useful for large models on GPU).")
+    max_steps: int = f(100, "Number of optimizer updates of the trial.")
+    logging_steps: int = f(1, "Log metrics every this many updates.")
+    seed: int = f(42, "Training seed (sampling, data order, dropout).")
+    extra: Dict[str, Any] = f({}, "Any other RLOOConfig field, passed through as is.")
+
+
 # -------------------------------------------------------------------------------------------- reward
 @dataclass
 class RewardFuncSpec:
@@ -127,28 +154,52 @@ class DataConfig:
     prompt_template: str = f("Task {i}:", "Prompt text of synthetic prompts; {i} is the prompt index.")
     max_prompt_length: Optional[int] = f(None, "Prompts longer than this many tokens are truncated from the left (None = keep).")
     validation_fraction: float = f(0.0, "Fraction of prompts held out as a validation split (by id, deterministic).")
+    eval_every: int = f(0, "Evaluate the reward on the validation split every this many updates (0 = never).")
     kwargs: Dict[str, Any] = f({}, "Extra arguments of the dataset builder.")
 
 
 # ----------------------------------------------------------------------------------------- objective
 @dataclass
 class ObjectiveWeights:
-    dispersion: float = f(1.0, "Weight of the late-window dispersion (IQR of step-to-step changes, normalised).")
-    drawdown: float = f(1.0, "Weight of the drawdown from the running best reward (normalised).")
+    dispersion: float = f(1.0, "Weight of the late-window dispersion (IQR of step-to-step reward changes).")
+    drawdown: float = f(1.0, "Weight of the worst drawdowns of the smoothed reward from its running best.")
+    short_term_risk: float = f(0.5, "Weight of the worst single-step reward drops (CVaR 5 %).")
     kl_excess: float = f(1.0, "Weight of the mean KL in excess of target_kl.")
     entropy_collapse: float = f(0.5, "Weight of the entropy drop beyond entropy_drop_free.")
+    mode_collapse: float = f(0.5, "Weight of the mean frac_reward_zero_std beyond zero_std_free.")
     non_finite: float = f(10.0, "Penalty per unit fraction of logged steps with a non-finite metric.")
+    across_seeds: float = f(1.0, "Multi-seed runs: weight of the standard deviation of the seeds' values.")
 
 
 @dataclass
 class ObjectiveConfig:
-    name: str = f("stability_adjusted", "Objective: stability_adjusted (reward minus instability penalties) or reward (plain final reward).")
+    name: str = f("stability_adjusted", "stability_adjusted (reward minus instability penalties), pareto (reward vs. instability, two values) or reward (plain final reward).")
     reward_key: str = f("reward", "Metric holding the per-step mean reward.")
-    window: float = f(0.25, "Late window as a fraction of logged steps (stability_adjusted) .")
+    window: float = f(0.25, "Late window as a fraction of logged steps.")
     final_steps: int = f(5, "Logged steps averaged for the final reward (objective=reward).")
     target_kl: float = f(0.1, "KL above this target is penalised.")
     entropy_drop_free: float = f(0.5, "Relative entropy drop from the start that costs nothing.")
+    zero_std_free: float = f(0.5, "Mean frac_reward_zero_std that costs nothing.")
     weights: ObjectiveWeights = field(default_factory=ObjectiveWeights, metadata={"help": "Penalty weights."})
+
+
+@dataclass
+class GuardsConfig:
+    enabled: bool = f(True, "Stop a trial on red flags, whatever the pruner says.")
+    non_finite_patience: int = f(1, "Consecutive logged steps with a NaN/inf loss or reward before stopping.")
+    kl_factor: float = f(5.0, "KL above kl_factor x objective.target_kl counts as runaway KL.")
+    kl_patience: int = f(10, "Consecutive runaway-KL steps before stopping.")
+    mode_collapse_threshold: float = f(0.95, "frac_reward_zero_std at or above this counts as mode collapse.")
+    mode_collapse_patience: int = f(15, "Consecutive mode-collapse steps before stopping.")
+    entropy_floor: float = f(0.02, "Entropy below this fraction of its first logged value counts as collapsed.")
+    entropy_patience: int = f(10, "Consecutive collapsed-entropy steps before stopping.")
+
+
+@dataclass
+class PruningConfig:
+    report_every: int = f(5, "Report the running objective to the study every this many updates (pruners decide on it).")
+    min_steps: int = f(10, "Never prune before this many updates.")
+    guards: GuardsConfig = field(default_factory=GuardsConfig, metadata={"help": "Red-flag guards."})
 
 
 # ------------------------------------------------------------------------------------------ tracking
@@ -170,6 +221,8 @@ class RuntimeConfig:
     storage: Optional[str] = f(None, "Optuna storage URL of the study (set by the sweeper).")
     trial_number: Optional[int] = f(None, "Optuna trial number (set by the sweeper).")
     parent_run_id: Optional[str] = f(None, "MLflow parent run of the sweep (set by the sweeper).")
+    run_suffix: str = f("", "Suffix of the trial dir / run name (the sweeper sets _seed<N> for multi-seed sweeps).")
+    report_to_pruner: bool = f(True, "Report the running objective to the study's pruner (off for multi-seed trials).")
     device: str = f("auto", "auto (CUDA when available, else CPU), cpu or cuda.")
 
 
@@ -195,11 +248,12 @@ class SweeprlConfig:
     objective: ObjectiveConfig = field(default_factory=ObjectiveConfig, metadata={"help": "Objective group."})
     tracking: TrackingConfig = field(default_factory=TrackingConfig, metadata={"help": "Tracking group."})
     search_space: SearchSpaceConfig = field(default_factory=SearchSpaceConfig, metadata={"help": "Sweep ranges."})
+    pruning: PruningConfig = field(default_factory=PruningConfig, metadata={"help": "Pruning reports and guards."})
     sweeprl: RuntimeConfig = field(default_factory=RuntimeConfig, metadata={"help": "Runtime (set by the sweeper)."})
 
 
 #: algorithm name -> schema; the validator checks `algo.name` against this table.
-ALGO_SCHEMAS: Dict[str, type] = {"grpo": GRPOAlgoConfig}
+ALGO_SCHEMAS: Dict[str, type] = {"grpo": GRPOAlgoConfig, "rloo": RLOOAlgoConfig}
 
 GROUP_SCHEMAS: Dict[str, type] = {
     "model": ModelConfig,

@@ -19,7 +19,7 @@ SCALE_REWARDS = ("group", "batch", "none")
 IS_LEVELS = ("token", "sequence")
 MODEL_SOURCES = ("tiny", "hub")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
-OBJECTIVES = ("stability_adjusted", "reward")
+OBJECTIVES = ("stability_adjusted", "pareto", "reward")
 DEVICES = ("auto", "cpu", "cuda")
 LORA_BIAS = ("none", "all", "lora_only")
 
@@ -77,9 +77,14 @@ COMMON_RULES: List[Rule] = [
     Rule("objective.final_steps", _at_least(1), "an int >= 1"),
     Rule("objective.target_kl", _positive, "a float > 0"),
     Rule("objective.entropy_drop_free", lambda v: 0 <= v <= 1, "a float in [0, 1]"),
+    Rule("objective.zero_std_free", lambda v: 0 <= v <= 1, "a float in [0, 1]"),
+    Rule("data.eval_every", _non_negative, "an int >= 0 (0 = no periodic validation)"),
+    Rule("pruning.report_every", _at_least(1), "an int >= 1"),
+    Rule("pruning.min_steps", _non_negative, "an int >= 0"),
     _choice("sweeprl.device", DEVICES),
 ]
 
+# GRPO's rules; RLOO uses the subset of fields it has
 GRPO_RULES: List[Rule] = [
     Rule("algo.learning_rate", _positive, "a float > 0 (e.g. 1e-6 for a 1.5B model, 1e-3 for the tiny one)"),
     Rule("algo.beta", _non_negative, "a float >= 0 (0 disables the KL term and the reference model)"),
@@ -164,8 +169,9 @@ def validate(cfg: DictConfig) -> None:
     algo_name: Optional[str] = OmegaConf.select(cfg, "algo.name")
     if algo_name not in ALGO_SCHEMAS:
         problems.append(f"algo.name={algo_name!r} is invalid; allowed: one of {', '.join(ALGO_SCHEMAS)}")
-    elif algo_name == "grpo":
-        problems += _check(cfg, GRPO_RULES)
+    elif algo_name in ("grpo", "rloo"):
+        present = set(cfg.algo.keys())
+        problems += _check(cfg, [r for r in GRPO_RULES if r.key.split(".", 1)[1] in present])
         problems += _grpo_cross_checks(cfg)
     if cfg.model.source == "hub" and not cfg.model.name_or_path:
         problems.append("model.name_or_path=None is invalid; allowed: a hub id or local path when model.source=hub")

@@ -57,7 +57,7 @@ def build_reward(name: str, kwargs: Dict[str, Any] | None = None, context: Dict[
 
 
 def load_builtin() -> None:
-    from sweeprl.rewards import ocaml, text  # noqa: F401  (registers ocaml_syntax_aware, length, charset)
+    from sweeprl.rewards import ocaml, teacher, text  # noqa: F401  (registers ocaml_syntax_aware, teacher_relative, length, charset)
 
 
 __all__ = ["REGISTRY", "RewardFunc", "build_reward", "completion_text", "register"]

@@ -1,0 +1,59 @@
+"""``python -m sweeprl diagnose SOURCE``: the post-mortem of one run.
+
+SOURCE: a trial/run directory, a metrics JSONL/CSV file, a TRL ``trainer_state.json``, or an MLflow run id
+(``runs:/<id>`` or the bare id). Prints markdown (default) or JSON; ``--out DIR`` also writes
+``diagnosis.md`` and ``diagnosis.json`` there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import List
+
+from sweeprl.diagnosis import Thresholds, diagnose, thresholds_from, to_markdown
+from sweeprl.history import load
+
+
+def main(argv: List[str]) -> int:
+    ap = argparse.ArgumentParser(prog="python -m sweeprl diagnose", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("source")
+    ap.add_argument("--target-reward", type=float, help="report reward_below_target under this late-window reward")
+    ap.add_argument("--target-kl", type=float, help=f"KL target (default {Thresholds.target_kl})")
+    ap.add_argument("--format", choices=("markdown", "json"), default="markdown")
+    ap.add_argument("--threshold", action="append", default=[], metavar="NAME=VALUE",
+                    help="override a threshold: " + ", ".join(Thresholds.names()))  # fmt: skip
+    ap.add_argument("--tracking-uri", help="MLflow tracking URI for run-id sources (default: MLFLOW_TRACKING_URI or ./mlflow.db)")
+    ap.add_argument("--out", help="also write diagnosis.md and diagnosis.json into this directory")
+    args = ap.parse_args(argv)
+
+    pairs = {}
+    for item in args.threshold:
+        name, sep, value = item.partition("=")
+        if not sep:
+            ap.error(f"--threshold {item!r}: expected NAME=VALUE")
+        pairs[name] = value
+    if args.target_reward is not None:
+        pairs["target_reward"] = args.target_reward
+    if args.target_kl is not None:
+        pairs["target_kl"] = args.target_kl
+    try:
+        th = thresholds_from(pairs)
+        run = load(args.source, tracking_uri=args.tracking_uri)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"sweeprl diagnose: {exc}", file=sys.stderr)
+        return 2
+    if not run.records:
+        print(f"sweeprl diagnose: {args.source} has no metric records", file=sys.stderr)
+        return 2
+    d = diagnose(run, th, target_kl_given=args.target_kl is not None)
+    md, js = to_markdown(d), json.dumps(d.as_dict(), indent=2, default=str)
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "diagnosis.md").write_text(md)
+        (out / "diagnosis.json").write_text(js)
+    print(md if args.format == "markdown" else js)
+    return 0

@@ -1,0 +1,205 @@
+"""Load a run's per-step metric history (and its config values when known) from any source.
+
+SOURCE may be: a trial directory (``metrics.jsonl`` + ``resolved_config.yaml``), a ``metrics.jsonl`` or any
+JSONL / CSV file of per-step (or per-epoch) records, a TRL ``trainer_state.json`` (its ``log_history``), or an
+MLflow run (``runs:/<id>`` or the bare 32-hex id; the tracking URI from ``--tracking-uri``, ``MLFLOW_TRACKING_URI``
+or the embedded ``./mlflow.db``). Keys are normalised to TRL's names; common aliases are understood.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+ALIASES = {
+    "avg_reward": "reward",
+    "mean_reward": "reward",
+    "rewards/mean": "reward",
+    "train/reward": "reward",
+    "reward_mean": "reward",
+    "frac_zero_std": "frac_reward_zero_std",
+    "grad": "grad_norm",
+    "gradient_norm": "grad_norm",
+    "lr": "learning_rate",
+    "avg_loss": "loss",
+    "train_loss": "loss",
+    "mean_length": "completions/mean_length",
+    "completion_length": "completions/mean_length",
+    "clipped_ratio": "completions/clipped_ratio",
+    "best_of_n": "reward_best_of_n",
+}
+RUN_ID = re.compile(r"^(runs:/)?([0-9a-f]{32})/?$")
+#: config values that findings turn into concrete overrides, and where they live in sweeprl's config
+CONFIG_KEYS = {
+    "learning_rate": "algo.learning_rate",
+    "kl_coef": "algo.beta",
+    "temperature": "generation.temperature",
+    "num_generations": "algo.num_generations",
+    "max_grad_norm": "algo.max_grad_norm",
+    "warmup_steps": "algo.warmup_steps",
+    "max_completion_length": "generation.max_completion_length",
+    "cliprange": "algo.cliprange",
+    "vf_coef": "algo.vf_coef",
+    "reward_threshold": "reward.funcs.0.kwargs.reward_threshold",
+}
+PPO_OVERRIDES = {"kl_coef": "algo.init_kl_coef"}
+
+
+@dataclass
+class RunHistory:
+    source: str
+    records: List[Dict[str, float]]
+    config: Dict[str, Any] = field(default_factory=dict)  # param name (CONFIG_KEYS) -> value
+    algo: Optional[str] = None
+    sweep_params: Dict[str, str] = field(default_factory=dict)  # the search space the run came from
+    trial_dir: Optional[str] = None
+    target_kl: Optional[float] = None  # the run's objective.target_kl, when known
+
+
+def normalise(record: Dict[str, Any], index: int) -> Dict[str, float]:
+    """Numeric fields only, aliases mapped, ``reward_var`` turned into ``reward_std``, ``step`` guaranteed."""
+    out: Dict[str, float] = {}
+    for key, value in record.items():
+        try:
+            num = float(value)
+        except (TypeError, ValueError):
+            continue
+        key = ALIASES.get(key, key)
+        if key == "reward_var":
+            out["reward_std"] = math.sqrt(num) if num >= 0 else float("nan")
+            continue
+        out.setdefault(key, num)
+    if "step" not in out:
+        out["step"] = float(record.get("epoch", index + 1)) if "epoch" in record and "step" not in record else float(index + 1)
+    return out
+
+
+def _records(rows: List[Dict[str, Any]]) -> List[Dict[str, float]]:
+    return [normalise(r, i) for i, r in enumerate(rows)]
+
+
+def from_jsonl(path: Path) -> List[Dict[str, float]]:
+    return _records([json.loads(line) for line in path.read_text().splitlines() if line.strip()])
+
+
+def from_csv(path: Path) -> List[Dict[str, float]]:
+    with path.open(newline="") as fh:
+        return _records(list(csv.DictReader(fh)))
+
+
+def from_trainer_state(path: Path) -> List[Dict[str, float]]:
+    state = json.loads(path.read_text())
+    rows = [r for r in state.get("log_history", []) if "train_runtime" not in r]
+    return _records(rows)
+
+
+def config_values(resolved: Dict[str, Any]) -> tuple[Dict[str, Any], Optional[str]]:
+    """Pick the diagnosis-relevant values out of a resolved sweeprl config."""
+    algo = (resolved.get("algo") or {}).get("name")
+    out: Dict[str, Any] = {}
+    for name, path in CONFIG_KEYS.items():
+        if algo == "ppo" and name in PPO_OVERRIDES:
+            path = PPO_OVERRIDES[name]
+        node: Any = resolved
+        for part in path.split("."):
+            if isinstance(node, list) and part.isdigit() and int(part) < len(node):
+                node = node[int(part)]
+            elif isinstance(node, dict) and part in node:
+                node = node[part]
+            else:
+                node = None
+                break
+        if node is not None and not isinstance(node, (dict, list)):
+            out[name] = node
+    return out, algo
+
+
+def _trial_dir(path: Path) -> RunHistory:
+    import yaml
+
+    metrics = path / "metrics.jsonl"
+    if not metrics.is_file():
+        raise FileNotFoundError(f"{path} is a directory without metrics.jsonl (not a sweeprl trial or run dir)")
+    run = RunHistory(source=str(path), records=from_jsonl(metrics), trial_dir=str(path))
+    cfg_file = path / "resolved_config.yaml"
+    if cfg_file.is_file():
+        resolved = yaml.safe_load(cfg_file.read_text()) or {}
+        run.config, run.algo = config_values(resolved)
+        run.target_kl = (resolved.get("objective") or {}).get("target_kl")
+    hydra_file = path / ".hydra" / "hydra.yaml"
+    if hydra_file.is_file():
+        hydra = (yaml.safe_load(hydra_file.read_text()) or {}).get("hydra", {})
+        params = ((hydra.get("sweeper") or {}).get("params")) or {}
+        run.sweep_params = {str(k): str(v) for k, v in params.items()}
+    return run
+
+
+def _mlflow_run(run_id: str, tracking_uri: Optional[str]) -> RunHistory:
+    from mlflow.tracking import MlflowClient
+
+    from sweeprl.tracking import resolve_uri
+
+    client = MlflowClient(resolve_uri(tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")))
+    run = client.get_run(run_id)
+    by_step: Dict[int, Dict[str, float]] = {}
+    for key in run.data.metrics:
+        if key.startswith(("objective_terms/", "stability/")) or key == "objective":
+            continue
+        for m in client.get_metric_history(run_id, key):
+            by_step.setdefault(int(m.step), {"step": float(m.step)})[key] = float(m.value)
+    rows = [by_step[s] for s in sorted(by_step)]
+    params = run.data.params
+    resolved: Dict[str, Any] = {}
+    for dotted, value in params.items():
+        node = resolved
+        parts = dotted.split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                break
+        else:
+            node[parts[-1]] = _parse_scalar(value)
+    config, algo = config_values(resolved)
+    target_kl = (resolved.get("objective") or {}).get("target_kl")
+    return RunHistory(source=f"runs:/{run_id}", records=_records(rows), config=config, algo=algo,
+                      target_kl=float(target_kl) if target_kl is not None else None)
+
+
+def _parse_scalar(value: str) -> Any:
+    for cast in (int, float):
+        try:
+            return cast(value)
+        except ValueError:
+            pass
+    return value
+
+
+def load(source: str, tracking_uri: Optional[str] = None) -> RunHistory:
+    """Load any supported SOURCE (see module docstring); raises FileNotFoundError/ValueError with a clear message."""
+    path = Path(source)
+    if path.is_dir():
+        return _trial_dir(path)
+    if path.is_file():
+        name = path.name.lower()
+        if name == "trainer_state.json":
+            return RunHistory(source=source, records=from_trainer_state(path))
+        if name.endswith(".csv"):
+            return RunHistory(source=source, records=from_csv(path))
+        if name.endswith((".jsonl", ".json")):
+            if path.name == "metrics.jsonl" and (path.parent / "resolved_config.yaml").is_file():
+                return _trial_dir(path.parent)
+            text = path.read_text().lstrip()
+            if text.startswith("{") and '"log_history"' in text[:100000]:
+                return RunHistory(source=source, records=from_trainer_state(path))
+            return RunHistory(source=source, records=from_jsonl(path))
+        raise ValueError(f"{source}: unsupported file type (expected .jsonl, .json, .csv or trainer_state.json)")
+    m = RUN_ID.match(source)
+    if m:
+        return _mlflow_run(m.group(2), tracking_uri)
+    raise FileNotFoundError(f"{source}: not a trial directory, metrics file, trainer_state.json or MLflow run id")

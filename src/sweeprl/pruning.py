@@ -1,0 +1,139 @@
+"""Pruning of doomed trials, from inside the trial: the two-way channel is the study's storage.
+
+The sweeper passes ``sweeprl.storage``, ``sweeprl.study_name`` and ``sweeprl.trial_number`` to every trial; the
+trial loads its own Optuna trial from the storage (works with in-process and subprocess launchers alike),
+reports the running objective every ``pruning.report_every`` updates and stops cleanly when the study's pruner
+(``hydra.sweeper.pruner``) says ``should_prune()``. Independently of the pruner, :class:`Guards` stop a trial on
+red flags with configurable patience: non-finite loss or reward, KL above k x target, sustained mode collapse,
+entropy collapse. A stopped trial keeps its partial metrics (``metrics.jsonl``, MLflow), records
+``prune_reason`` and ends as PRUNED in the study.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional
+
+from transformers import TrainerCallback
+
+from sweeprl.objective import ObjectiveError, compute_objective
+from sweeprl.stability import ENTROPY_KEYS, KL_KEYS, LOSS_KEYS, REWARD_KEYS
+
+log = logging.getLogger(__name__)
+
+
+def _first(rec: Dict[str, float], keys) -> Optional[float]:
+    for k in keys:
+        if k in rec:
+            return rec[k]
+    return None
+
+
+@dataclass
+class GuardState:
+    non_finite: int = 0
+    kl: int = 0
+    mode: int = 0
+    entropy: int = 0
+    entropy_start: Optional[float] = None
+
+
+class Guards:
+    """Red-flag checks on every logged record; ``check`` returns a reason string when the trial must stop."""
+
+    def __init__(self, guards_cfg: Any, target_kl: float):
+        self.cfg = guards_cfg
+        self.target_kl = target_kl
+        self.s = GuardState()
+
+    def check(self, rec: Dict[str, float]) -> Optional[str]:
+        if not self.cfg.enabled:
+            return None
+        c, s = self.cfg, self.s
+        vals = [_first(rec, LOSS_KEYS), _first(rec, REWARD_KEYS)]
+        s.non_finite = s.non_finite + 1 if any(v is not None and not math.isfinite(v) for v in vals) else 0
+        if s.non_finite >= c.non_finite_patience:
+            return f"guard:non_finite: loss/reward NaN or inf for {s.non_finite} logged step(s)"
+        kl = _first(rec, KL_KEYS)
+        limit = c.kl_factor * self.target_kl
+        s.kl = s.kl + 1 if (kl is not None and kl > limit) else 0
+        if s.kl >= c.kl_patience:
+            return f"guard:kl_runaway: KL {kl:.4g} > {c.kl_factor:g} x target {self.target_kl:g} for {s.kl} steps"
+        zs = rec.get("frac_reward_zero_std")
+        s.mode = s.mode + 1 if (zs is not None and zs >= c.mode_collapse_threshold) else 0
+        if s.mode >= c.mode_collapse_patience:
+            return f"guard:mode_collapse: frac_reward_zero_std >= {c.mode_collapse_threshold:g} for {s.mode} steps"
+        ent = _first(rec, ENTROPY_KEYS)
+        if ent is not None and math.isfinite(ent):
+            if s.entropy_start is None:
+                s.entropy_start = ent
+            floor = c.entropy_floor * (s.entropy_start or 0.0)
+            s.entropy = s.entropy + 1 if (s.entropy_start and ent < floor) else 0
+            if s.entropy >= c.entropy_patience:
+                return f"guard:entropy_collapse: entropy {ent:.4g} < {c.entropy_floor:g} x start {s.entropy_start:.4g} for {s.entropy} steps"
+        return None
+
+
+def load_trial(storage: str, study_name: str, number: int, pruner: Any = None):
+    """The live Optuna trial ``number`` of the study (the trial process's end of the channel)."""
+    import optuna
+
+    from sweeprl.study import make_storage
+
+    study = optuna.load_study(study_name=study_name, storage=make_storage(storage), pruner=pruner)
+    trial_id = study._storage.get_trial_id_from_study_id_trial_number(study._study_id, number)
+    return optuna.trial.Trial(study, trial_id)
+
+
+def pruner_from_hydra() -> Any:
+    """The pruner configured in ``hydra.sweeper.pruner`` (None outside a sweeprl sweep)."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.utils import instantiate
+        from omegaconf import OmegaConf
+
+        node = HydraConfig.get().sweeper.get("pruner")
+    except Exception:  # noqa: BLE001 - not running under Hydra, or another sweeper
+        return None
+    if not node:
+        return None
+    kwargs = {k: v for k, v in OmegaConf.to_container(node, resolve=True).items() if v is not None}
+    return instantiate(kwargs)  # same rule as the sweeper: None = Optuna's default
+
+
+class PruningCallback(TrainerCallback):
+    """Reports the running objective to the trial and stops training on ``should_prune()`` or a guard."""
+
+    def __init__(self, cfg: Any, trial: Any = None):
+        self.cfg = cfg
+        self.trial = trial
+        self.report_every = int(cfg.pruning.report_every)
+        self.min_steps = int(cfg.pruning.min_steps)
+        self.guards = Guards(cfg.pruning.guards, float(cfg.objective.target_kl))
+        self.history: List[Dict[str, float]] = []
+        self.reason: Optional[str] = None
+        self.stopped_at: Optional[int] = None
+        self.multi_objective = cfg.objective.name == "pareto"
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not logs or "train_runtime" in logs or self.reason:
+            return
+        step = int(state.global_step)
+        rec = {"step": step, **{k: float(v) for k, v in logs.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}}
+        self.history.append(rec)
+        reason = self.guards.check(rec)
+        if reason is None and self.trial is not None and not self.multi_objective and step >= self.min_steps and step % self.report_every == 0:
+            try:
+                value = compute_objective(self.history, self.cfg.objective).value
+            except ObjectiveError:
+                value = None
+            if value is not None and math.isfinite(value):
+                self.trial.report(value, step)
+                if self.trial.should_prune():
+                    reason = f"pruner: running objective {value:.4g} at step {step} is worse than the pruner's cut"
+        if reason:
+            self.reason, self.stopped_at = reason, step
+            control.should_training_stop = True
+            log.warning("trial %s stopped at step %d: %s", self.cfg.sweeprl.trial_number, step, reason)
