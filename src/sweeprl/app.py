@@ -22,10 +22,11 @@ def trial_task(cfg: DictConfig) -> Any:
 
     hc = HydraConfig.get()
     sweep_params = {}
-    if hc.mode == RunMode.MULTIRUN and hc.sweeper.get("params"):
+    if hc.sweeper.get("params") and cfg.sweeprl.trial_number is not None:
         sweep_params = {str(k): str(v) for k, v in hc.sweeper.params.items()}
-    result = run_trial(cfg, hc.runtime.output_dir, progress_bars=hc.mode == RunMode.RUN, sweep_params=sweep_params)
-    if hc.mode == RunMode.RUN:
+    single = hc.mode == RunMode.RUN and cfg.sweeprl.trial_number is None  # not a trial process of a sweep
+    result = run_trial(cfg, hc.runtime.output_dir, progress_bars=single, sweep_params=sweep_params)
+    if single:
         _print_single_run_summary(cfg, result)
     return result.objective.values if result.objective.name == "pareto" else result.value
 

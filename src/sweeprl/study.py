@@ -20,8 +20,14 @@ def default_storage(sweep_dir: str) -> str:
     return f"sqlite:///{os.path.join(os.path.abspath(sweep_dir), 'optuna.db')}"
 
 
-def make_storage(url: str) -> optuna.storages.BaseStorage:
-    """RDB storage for SQL URLs (SQLite with a generous lock timeout), journal storage for ``*.log`` files."""
+def make_storage(url: str, heartbeat_interval: Optional[int] = None, grace_period: Optional[int] = None,
+                 max_retry: int = 0) -> optuna.storages.BaseStorage:  # fmt: skip
+    """RDB storage for SQL URLs (SQLite with a generous lock timeout), journal storage for ``*.log`` files.
+
+    With ``heartbeat_interval``, RUNNING trials whose heartbeat is older than ``grace_period`` (a driver died)
+    are failed by ``optuna.storages.fail_stale_trials`` and their configs re-queued (``max_retry`` times; at least
+    once). Journal storages have no heartbeat: stale trials there stay RUNNING and are not counted.
+    """
     if url.endswith((".log", ".journal")) and "://" not in url:
         from optuna.storages.journal import JournalFileBackend
 
@@ -29,7 +35,14 @@ def make_storage(url: str) -> optuna.storages.BaseStorage:
     engine_kwargs: Dict[str, Any] = {}
     if url.startswith("sqlite"):
         engine_kwargs = {"connect_args": {"timeout": 60}}
-    return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
+    kwargs: Dict[str, Any] = {}
+    if heartbeat_interval:
+        kwargs = {
+            "heartbeat_interval": heartbeat_interval,
+            "grace_period": grace_period,
+            "failed_trial_callback": optuna.storages.RetryFailedTrialCallback(max_retry=max(1, max_retry)),
+        }
+    return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, **kwargs)
 
 
 def finished_count(study: optuna.Study) -> int:

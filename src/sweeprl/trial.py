@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -159,6 +160,11 @@ def run_trial(cfg: DictConfig, output_dir: str | Path, progress_bars: bool = Fal
     """
     t0 = time.monotonic()
     validate(cfg)  # before anything heavy
+    threads = os.environ.get("SWEEPRL_TORCH_THREADS")  # a slot's CPU budget (process slots)
+    if threads:
+        import torch
+
+        torch.set_num_threads(int(threads))
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     resolved = OmegaConf.to_container(cfg, resolve=True)
@@ -193,6 +199,9 @@ def run_trial(cfg: DictConfig, output_dir: str | Path, progress_bars: bool = Fal
 
     recorder = MetricsRecorder(out / "metrics.jsonl", tracker, run_id)
     pruning = make_pruning_callback(cfg)
+    from sweeprl.faults import FaultCallback, fault_config
+
+    fault = fault_config(cfg)
     try:
         trainer = build_trl_trainer(
             cfg,
@@ -206,12 +215,14 @@ def run_trial(cfg: DictConfig, output_dir: str | Path, progress_bars: bool = Fal
             device=device,
             model_init_kwargs=model_init_kwargs(cfg.model, device),
             peft_config=peft_config(cfg.lora),
-            callbacks=[recorder, pruning],
+            callbacks=[recorder, pruning] + ([FaultCallback(fault)] if fault else []),
         )
         label = f"trial {cfg.sweeprl.trial_number}" if cfg.sweeprl.trial_number is not None else cfg.name
         use_progress_display(trainer, bars=progress_bars, label=label)
         trainer.train()
         result = compute_objective(recorder.history, cfg.objective)
+        if fault and fault.get("objective_nan"):
+            result.value = float("nan")
     except ObjectiveError as exc:
         if not pruning.reason:
             _end_failed(tracker, run_id, recorder, exc)

@@ -175,6 +175,25 @@ class SweeprlSweeperConf:
     # run every sampled config once per seed (algo.seed); the trial's value is the mean over seeds minus
     # objective.weights.across_seeds x their standard deviation; per-seed values in the trial's user attrs
     seeds: Optional[List[int]] = None
+    # trials running at once, each in its own process; a finished slot is refilled at once (no batch barrier)
+    slots: int = 1
+    # devices per slot, e.g. [[0],[1],[2,3]]: each trial process sees only its own (CUDA_VISIBLE_DEVICES)
+    devices: Optional[List[List[int]]] = None
+    # CPU threads per slot (OMP_NUM_THREADS, torch threads); None = cores // slots
+    threads_per_slot: Optional[int] = None
+    # seconds; a trial still running then is killed and marked FAIL (implies process mode)
+    trial_timeout: Optional[float] = None
+    # run trials as processes even with slots=1 (None = when slots > 1 or trial_timeout is set)
+    process: Optional[bool] = None
+    # re-queue a FAILED config (same params, new trial) up to this many times
+    retries: int = 0
+    # seconds between heartbeats of running trials (RDB storages); a trial silent for grace_period seconds
+    # belongs to a dead driver: it is marked FAIL and its config re-queued
+    heartbeat_interval: int = 10
+    grace_period: Optional[int] = None
+    # async: refill a slot as soon as it is free; batch: wait for the whole round (Hydra's stock behaviour,
+    # kept for comparison in bench/slots.py)
+    slot_refill: str = "async"
 
 
 def register() -> None:

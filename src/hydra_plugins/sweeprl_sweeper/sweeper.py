@@ -60,6 +60,15 @@ class SweeprlSweeper(Sweeper):
         params: Optional[Dict[str, str]],
         custom_search_space: Optional[str],
         seeds: Optional[List[int]] = None,
+        slots: int = 1,
+        devices: Optional[List[List[int]]] = None,
+        threads_per_slot: Optional[int] = None,
+        trial_timeout: Optional[float] = None,
+        process: Optional[bool] = None,
+        retries: int = 0,
+        heartbeat_interval: int = 10,
+        grace_period: Optional[int] = None,
+        slot_refill: str = "async",
     ) -> None:
         self.sampler_cfg = sampler
         self.pruner_cfg = pruner
@@ -72,6 +81,19 @@ class SweeprlSweeper(Sweeper):
         self.params = dict(params) if params else {}
         self.custom_search_space = custom_search_space
         self.seeds = [int(x) for x in seeds] if seeds else []
+        self.slots = max(1, int(slots))
+        self.devices = [list(d) for d in devices] if devices else None
+        self.threads_per_slot = threads_per_slot
+        self.trial_timeout = float(trial_timeout) if trial_timeout else None
+        self.process = process
+        self.retries = max(0, int(retries))
+        self.heartbeat_interval = max(1, int(heartbeat_interval))
+        self.grace_period = int(grace_period) if grace_period else 6 * self.heartbeat_interval
+        if slot_refill not in ("async", "batch"):
+            raise SearchSpaceError(f"hydra.sweeper.slot_refill={slot_refill!r}; allowed: async, batch")
+        self.slot_refill = slot_refill
+        self._tracebacks: Dict[int, str] = {}
+        self._mine: List[optuna.Trial] = []  # trials this driver asked
         self.config: Optional[DictConfig] = None
         self.hydra_context: Optional[HydraContext] = None
         self.launcher = None
@@ -129,7 +151,8 @@ class SweeprlSweeper(Sweeper):
         url = str(self.storage) if self.storage else default_storage(self.sweep_dir)
         self.storage_url = url
         try:
-            storage = make_storage(url)
+            storage = make_storage(url, heartbeat_interval=self.heartbeat_interval, grace_period=self.grace_period,
+                                   max_retry=self.retries)  # fmt: skip
         except Exception as exc:  # noqa: BLE001 - report any driver/URL problem as one clear message
             raise HydraException(f"hydra.sweeper.storage={url!r} cannot be opened: {type(exc).__name__}: {exc}") from exc
         study = optuna.create_study(
@@ -217,35 +240,247 @@ class SweeprlSweeper(Sweeper):
 
         from sweeprl.study import finished_count
 
-        already = finished_count(study)
+        optuna.storages.fail_stale_trials(study)  # trials of a driver that died: FAIL, configs re-queued
         log.info(
             "study '%s' (%s): %d/%d trials finished; search space: %s",
-            self.study_name, self.storage_url, already, self.n_trials,
+            self.study_name, self.storage_url, finished_count(study), self.n_trials,
             ", ".join(f"{k}={v}" for k, v in space.distributions.items()),
         )  # fmt: skip
-        attempts = failures = 0
+        self._stats = {"attempts": 0, "failures": 0}
         started = time.monotonic()
-        max_failures = math.floor(self.max_failure_rate * self.n_trials)
-        while True:
-            remaining = self.n_trials - finished_count(study)
-            if remaining <= 0:
+        ctx = (space, passthrough, parent_run, custom)
+        status = "FINISHED"
+        try:
+            if self._use_processes():
+                self._sweep_processes(study, ctx, tracker)
+            else:
+                self._sweep_in_process(study, ctx, tracker)
+        except SweepAborted:
+            self._finish(study, tracker, parent_run, tracking_uri, started, status="FAILED")
+            raise
+        except KeyboardInterrupt:
+            status = "KILLED"
+            self._fail_unfinished(study, "interrupted (Ctrl-C)")
+            log.warning("interrupted: running trials were stopped and marked FAIL; the study is consistent. "
+                        "Re-run the same command to continue.")  # fmt: skip
+            self._finish(study, tracker, parent_run, tracking_uri, started, status=status)
+            raise
+        return self._finish(study, tracker, parent_run, tracking_uri, started, status=status)
+
+    # ------------------------------------------------------------------------------------ scheduling
+    def _use_processes(self) -> bool:
+        return self.process if self.process is not None else (self.slots > 1 or self.trial_timeout is not None)
+
+    def _capacity(self, study: optuna.Study) -> int:
+        """Trials that may still be started: n_trials minus finished and running (this and other drivers)."""
+        trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING))
+        return self.n_trials - len(trials)
+
+    def _ask(self, study: optuna.Study, space: SearchSpace) -> Optional[optuna.Trial]:
+        """Ask a trial, unless other drivers sharing the study already fill n_trials (then the surplus trial
+        is closed as FAIL with reason "surplus" and never run)."""
+        if self._capacity(study) <= 0:
+            return None
+        trial = study.ask(fixed_distributions=space.distributions)
+        self._mine.append(trial)
+        active = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING))
+        within = sorted(t.number for t in active)[: self.n_trials]
+        if trial.number not in within:
+            trial.set_user_attr("surplus", True)
+            study.tell(trial, state=TrialState.FAIL)
+            log.info("[trial %d] not run: n_trials=%d is already covered by other drivers' trials", trial.number, self.n_trials)
+            return None
+        return trial
+
+    def _fail_unfinished(self, study: optuna.Study, reason: str) -> None:
+        """Mark every trial this driver asked and did not finish as FAIL, so the storage stays consistent.
+        Uses a fresh storage connection: the interrupt may have hit the old one mid-transaction."""
+        from sweeprl.study import make_storage
+
+        storage = make_storage(self.storage_url)
+        for trial in self._mine:
+            try:
+                if storage.get_trial(trial._trial_id).state == TrialState.RUNNING:
+                    storage.set_trial_user_attr(trial._trial_id, "fail_reason", reason)
+                    storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL)
+                    log.warning("[trial %d] FAIL %s", trial.number, reason)
+            except Exception:  # noqa: BLE001 - finished concurrently, or storage gone
+                pass
+
+    def _check_failures(self, ok: bool) -> None:
+        self._stats["attempts"] += 1
+        self._stats["failures"] += 0 if ok else 1
+        if self._stats["failures"] > math.floor(self.max_failure_rate * self.n_trials):
+            raise SweepAborted(
+                f"sweep aborted: {self._stats['failures']} of {self._stats['attempts']} trials failed this run, more than "
+                f"max_failure_rate={self.max_failure_rate} x n_trials={self.n_trials} allows; see the fail reasons above"
+            )
+
+    def _retry(self, study: optuna.Study, trial: optuna.Trial) -> None:
+        """Re-queue a failed config (same params, new trial) up to ``retries`` times."""
+        frozen = study._storage.get_trial(trial._trial_id)
+        count = int(frozen.user_attrs.get("retry_count", 0))
+        if count >= self.retries or frozen.user_attrs.get("surplus"):
+            return
+        study.enqueue_trial(dict(frozen.params), user_attrs={"retry_of": frozen.number, "retry_count": count + 1})
+        log.info("[trial %d] re-queued (retry %d of %d)", frozen.number, count + 1, self.retries)
+
+    def _sweep_in_process(self, study: optuna.Study, ctx, tracker) -> None:
+        """Rounds of up to n_jobs trials through the configured Hydra launcher (in-process by default)."""
+        from sweeprl.study import finished_count
+
+        space, passthrough, parent_run, custom = ctx
+        while finished_count(study) < self.n_trials:
+            optuna.storages.fail_stale_trials(study)
+            trials = []
+            for _ in range(self.n_jobs):
+                t = self._ask(study, space)
+                if t is None:
+                    break
+                trials.append(t)
+            if not trials:
+                if self._capacity(study) <= 0 and finished_count(study) < self.n_trials:
+                    time.sleep(2.0)  # other drivers' trials are running; wait for them (or for them to go stale)
+                    continue
                 break
-            trials = [study.ask(fixed_distributions=space.distributions) for _ in range(min(self.n_jobs, remaining))]
             seeds: List[Optional[int]] = list(self.seeds) or [None]
             batch = [self._overrides(t, space, passthrough, parent_run, custom) + self._seed_overrides(seed)
                      for t in trials for seed in seeds]  # fmt: skip
-            returns = list(self.launcher.launch(batch, initial_job_idx=trials[0].number))
+            with _Heartbeat(study, trials, self.heartbeat_interval):
+                returns = list(self.launcher.launch(batch, initial_job_idx=trials[0].number))
             for i, trial in enumerate(trials):
-                attempts += 1
                 ok = self._tell(study, trial, returns[i * len(seeds) : (i + 1) * len(seeds)])
-                failures += 0 if ok else 1
-            if failures > max_failures:
-                self._finish(study, tracker, parent_run, tracking_uri, started, status="FAILED")
-                raise SweepAborted(
-                    f"sweep aborted: {failures} of {attempts} trials failed this run, more than max_failure_rate="
-                    f"{self.max_failure_rate} x n_trials={self.n_trials} allows; see the fail reasons above"
-                )
-        return self._finish(study, tracker, parent_run, tracking_uri, started, status="FINISHED")
+                if not ok:
+                    self._record_failure_details(trial, tracker)
+                    self._retry(study, trial)
+                self._check_failures(ok)
+
+    def _sweep_processes(self, study: optuna.Study, ctx, tracker) -> None:
+        """Asynchronous slots: one process per trial, a finished slot refilled at once."""
+        from hydra_plugins.sweeprl_sweeper.slots import SlotPool
+        from sweeprl.study import finished_count
+
+        space, passthrough, parent_run, custom = ctx
+        if self.seeds:
+            raise SearchSpaceError("hydra.sweeper.seeds is not supported with process slots yet; use slots=1 without trial_timeout")
+        # the driver's hydra settings (sampler/pruner choices, …) minus what makes it a driver
+        hydra_overrides = [o for o in OmegaConf.to_container(self.config.hydra.overrides.hydra)
+                           if not o.startswith(("hydra.mode=", "hydra.sweeper.n_trials"))]  # fmt: skip
+        pool = SlotPool(self.slots, [*passthrough, *hydra_overrides], devices=self.devices,
+                        threads_per_slot=self.threads_per_slot, trial_timeout=self.trial_timeout)  # fmt: skip
+        log.info("%d slot(s), %d CPU thread(s) each%s%s", pool.slots, pool.threads,
+                 f", devices {pool.devices}" if pool.devices else "",
+                 f", trial_timeout {self.trial_timeout:g}s" if self.trial_timeout else "")  # fmt: skip
+        last_beat = 0.0
+        import signal as _signal
+
+        interrupted: List[bool] = []
+        previous = _signal.signal(_signal.SIGINT, lambda *_: interrupted.append(True))  # stop at a safe point
+        try:
+            while True:
+                if interrupted:
+                    raise KeyboardInterrupt
+                for outcome in pool.poll():
+                    ok = self._tell_process(study, outcome, tracker)
+                    if not ok:
+                        self._retry(study, outcome.running.trial)
+                    self._check_failures(ok)
+                now = time.monotonic()
+                if now - last_beat >= self.heartbeat_interval:
+                    for run in pool.running.values():
+                        study._storage.record_heartbeat(run.trial._trial_id) if hasattr(study._storage, "record_heartbeat") else None
+                    optuna.storages.fail_stale_trials(study)
+                    last_beat = now
+                free = pool.free_slots()
+                if self.slot_refill == "batch" and pool.running:
+                    free = []  # the stock approach, for comparison: a new round only when the whole batch is done
+                for slot in free:
+                    trial = self._ask(study, space)
+                    if trial is None:
+                        break
+                    overrides = self._overrides(trial, space, [], parent_run, custom)
+                    pool.start(trial, overrides, Path(self.sweep_dir) / f"trial_{trial.number}", slot)
+                    log.info("[trial %d] started in slot %d", trial.number, slot)
+                if not pool.running:
+                    if finished_count(study) >= self.n_trials:
+                        break
+                    if self._capacity(study) <= 0:
+                        time.sleep(1.0)  # other drivers' trials are still running
+                        continue
+                time.sleep(0.2)
+        except KeyboardInterrupt:
+            pool.terminate_all()
+            raise
+        finally:
+            _signal.signal(_signal.SIGINT, previous)
+
+    def _tell_process(self, study: optuna.Study, outcome, tracker) -> bool:
+        """Turn a finished trial process into COMPLETE / PRUNED / FAIL."""
+        from hydra_plugins.sweeprl_sweeper.slots import describe_exit, tail
+
+        run = outcome.running
+        trial = run.trial
+        params = " ".join(f"{k}={format_value(v)}" for k, v in trial.params.items())
+        trial.set_user_attr("trial_dir", str(run.trial_dir))
+        trial.set_user_attr("seconds", round(outcome.seconds, 2))
+        trial.set_user_attr("ended_at", time.time())
+        trial.set_user_attr("started_at", time.time() - outcome.seconds)
+        self._record_files(trial, [str(run.trial_dir)])
+        data: Dict[str, Any] = {}
+        try:
+            data = json.loads((run.trial_dir / "objective.json").read_text())
+        except (OSError, ValueError):
+            pass
+        if data.get("pruned") and not outcome.timed_out and (outcome.returncode or 0) >= 0:
+            reason = str(data.get("prune_reason") or "pruned")
+            trial.set_user_attr("prune_reason", reason[:2000])
+            study.tell(trial, state=TrialState.PRUNED)
+            log.info("[trial %d] PRUNED %s (%s)", trial.number, reason, params)
+            return True
+        if outcome.returncode == 0 and data.get("values"):
+            from sweeprl.study import is_finite_values
+
+            values = [float(v) for v in data["values"]]
+            if len(values) == len(self.directions) and is_finite_values(values):
+                study.tell(trial, values if len(values) > 1 else values[0])
+                log.info("[trial %d] COMPLETE objective=%s %s (%.0f s)", trial.number, ", ".join(f"{v:.4g}" for v in values), params, outcome.seconds)
+                return True
+            reason = f"objective is not a finite number: {data['values']!r}"
+        else:
+            reason = describe_exit(outcome.returncode, outcome.timed_out, self.trial_timeout, tail(run.trial_dir / "trial_process.log"))
+        self._fail(study, trial, reason, params)
+        self._record_failure_details(trial, tracker, log_file=run.trial_dir / "trial_process.log", reason=reason)
+        return False
+
+    def _record_failure_details(self, trial: optuna.Trial, tracker, log_file: Optional[Path] = None, reason: Optional[str] = None) -> None:
+        """Last 50 log lines as a trial attribute and as an artifact of the trial's MLflow run (ended FAILED)."""
+        from hydra_plugins.sweeprl_sweeper.slots import tail
+        from sweeprl.tracking import TAG_STATE, TAG_STUDY, TAG_TRIAL
+
+        frozen_dir = trial.user_attrs.get("trial_dir") if hasattr(trial, "user_attrs") else None
+        trial_dir = Path(frozen_dir if isinstance(frozen_dir, str) else Path(self.sweep_dir) / f"trial_{trial.number}")
+        log_file = log_file or trial_dir / "trial.log"
+        text = "\n".join(t for t in (tail(log_file), self._tracebacks.pop(trial.number, "")) if t)
+        text = "\n".join(text.splitlines()[-50:])
+        if not text:
+            return
+        trial_dir.mkdir(parents=True, exist_ok=True)
+        (trial_dir / "last_50_lines.log").write_text(text + "\n")
+        if tracker is None:
+            return
+        exp = tracker.experiment_id(self._experiment_name())
+        run_id = tracker.find_run(exp, {TAG_STUDY: str(self.study_name), TAG_TRIAL: str(trial.number)}) if exp else None
+        if run_id:
+            tracker.log_artifact(run_id, str(trial_dir / "last_50_lines.log"))
+            tags = {TAG_STATE: "FAIL"}
+            if reason:
+                tags["sweeprl.fail_reason"] = reason[:5000]
+            tracker.set_tags(run_id, tags)
+            tracker.end_run(run_id, "FAILED")
+
+    def _experiment_name(self) -> str:
+        tracking = self.config.get("tracking") if self.config is not None else None
+        return (tracking.experiment_name if tracking is not None and tracking.experiment_name else None) or str(self.study_name)
 
     def _seed_overrides(self, seed: Optional[int]) -> List[str]:
         """Multi-seed runs: the seed, a trial-dir suffix, and no pruner reports (seeds would collide)."""
@@ -283,6 +518,10 @@ class SweeprlSweeper(Sweeper):
         if failed:
             exc = failed[0]._return_value
             reason = f"{type(exc).__name__}: {exc}" if exc is not None else "job failed"
+            if isinstance(exc, BaseException):
+                import traceback
+
+                self._tracebacks[trial.number] = "".join(traceback.format_exception(exc))
             return self._fail(study, trial, reason, params)
         if pruned:
             reason = str(pruned[0]._return_value) or "pruned"
@@ -395,6 +634,37 @@ def _output_dir(ret: JobReturn) -> Optional[str]:
         return str(ret.hydra_cfg.hydra.runtime.output_dir)  # type: ignore[union-attr]
     except Exception:  # noqa: BLE001 - launchers that return no hydra config
         return None
+
+
+class _Heartbeat:
+    """Records heartbeats of in-process trials from a background thread (RDB storages), so a driver that dies
+    leaves trials whose heartbeat goes stale: the next driver fails and re-queues them."""
+
+    def __init__(self, study: optuna.Study, trials: Sequence[optuna.Trial], interval: int):
+        import threading
+
+        self.study, self.trials, self.interval = study, list(trials), interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        storage = self.study._storage
+        while not self._stop.is_set():
+            if hasattr(storage, "record_heartbeat"):
+                for t in self.trials:
+                    try:
+                        storage.record_heartbeat(t._trial_id)
+                    except Exception:  # noqa: BLE001 - a heartbeat must never break the sweep
+                        pass
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> "_Heartbeat":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
 
 
 class _Absent:
