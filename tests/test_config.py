@@ -21,14 +21,10 @@ ALGOS = sorted(p.stem for p in (REPO / "conf" / "algo").glob("*.yaml"))
 def test_presets_exist():
     assert {"quickstart", "ocaml_grpo"} <= set(EXPERIMENTS)
     assert {"lr", "lr_kl", "full"} <= set(SWEEPS)
-    assert "grpo" in ALGOS
+    assert {"grpo", "rloo", "ppo"} <= set(ALGOS)
 
 
-@pytest.mark.parametrize("algo", ALGOS)
-@pytest.mark.parametrize("sweep", SWEEPS)
-@pytest.mark.parametrize("experiment", EXPERIMENTS)
-def test_every_combination_composes_and_validates(experiment, sweep, algo):
-    cfg = compose_cfg([f"experiment={experiment}", f"sweep={sweep}", f"algo={algo}"], return_hydra_config=True)
+def check_sweep(cfg, sweep):
     validate(cfg)
     params = OmegaConf.to_container(cfg.hydra.sweeper.params, resolve=True)
     assert params, "a sweep preset must define hydra.sweeper.params"
@@ -37,6 +33,28 @@ def test_every_combination_composes_and_validates(experiment, sweep, algo):
     assert set(space.distributions) == set(params)
     check_search_space(task_config(cfg), space)  # keys exist, endpoints validate
     assert cfg.hydra.sweeper.study_name == f"{cfg.name}-{sweep}"
+
+
+@pytest.mark.parametrize("sweep", SWEEPS)
+@pytest.mark.parametrize("experiment", EXPERIMENTS)
+def test_every_experiment_composes_with_every_sweep(experiment, sweep):
+    check_sweep(compose_cfg([f"experiment={experiment}", f"sweep={sweep}"], return_hydra_config=True), sweep)
+
+
+@pytest.mark.parametrize("sweep", SWEEPS)
+@pytest.mark.parametrize("algo", ALGOS)
+def test_every_algo_composes_with_every_sweep(algo, sweep):
+    """Experiments set algorithm-specific keys (a GRPO batch, PPO's mini-batches), so an experiment is composed
+    with its own algorithm; every algorithm composes with every sweep on the base config. The keys sweeps use
+    (learning_rate, beta, temperature, num_generations) exist for every algorithm."""
+    check_sweep(compose_cfg([f"algo={algo}", f"sweep={sweep}"], return_hydra_config=True), sweep)
+
+
+def test_experiments_cover_every_algorithm():
+    algos = {compose_cfg([f"experiment={e}"]).algo.name for e in EXPERIMENTS}
+    assert algos >= {"grpo", "ppo"} and {"length_ppo", "rlaif_codegen"} <= set(EXPERIMENTS)
+    assert compose_cfg(["experiment=quickstart", "algo=rloo", "algo.learning_rate=3e-3", "algo.num_generations=4",
+                        "algo.max_steps=60"]).algo.name == "rloo"  # fmt: skip
 
 
 def test_quickstart_ranges_override_the_real_model_ranges():

@@ -4,6 +4,7 @@
 ``python -m sweeprl -m [overrides] sweep=...``  an Optuna sweep through the sweeprl Hydra sweeper
 ``python -m sweeprl score ...``                 score completions with a reward (see ``score --help``)
 ``python -m sweeprl diagnose SOURCE``           the post-mortem of one run (see ``diagnose --help``)
+``python -m sweeprl report STUDY``              report.html/md + plots of a sweep; ``trials STUDY``: ranked table
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ import sys
 from typing import List, Optional
 
 
-SUBCOMMANDS = {"score": "sweeprl.score_cli", "diagnose": "sweeprl.diagnose_cli"}
+SUBCOMMANDS = {"score": "sweeprl.score_cli", "diagnose": "sweeprl.diagnose_cli", "report": "sweeprl.report_cli",
+               "trials": "sweeprl.report_cli:trials_main"}
 
 
 def main(argv: Optional[List[str]] = None) -> None:
@@ -20,7 +22,8 @@ def main(argv: Optional[List[str]] = None) -> None:
     if args and args[0] in SUBCOMMANDS:
         import importlib
 
-        sys.exit(importlib.import_module(SUBCOMMANDS[args[0]]).main(args[1:]))
+        module, _, func = SUBCOMMANDS[args[0]].partition(":")
+        sys.exit(getattr(importlib.import_module(module), func or "main")(args[1:]))
     if any(a in ("--cfg", "-c") or a.startswith("--cfg=") for a in args):
         # Hydra refuses --cfg together with --multirun; printing the composed config is what is meant.
         args = [a for a in args if a not in ("-m", "--multirun")]

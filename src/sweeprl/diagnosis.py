@@ -41,7 +41,7 @@ class Thresholds:
     window: float = 0.25  # early/late windows as a fraction of logged steps
     target_reward: Optional[float] = None
     target_kl: float = 0.1
-    flat_rel_change: float = 0.05  # |late - early| below this fraction of max(|early|, range, 0.1) = flat
+    flat_rel_change: float = 0.1  # |late - early| below this fraction of the reward range = flat
     variance_rise: float = 1.5  # late reward_std / early reward_std
     cv_high: float = 0.5
     best_of_n_gap: float = 0.2  # absolute gap between best-of-N and mean reward (late window)
@@ -49,6 +49,7 @@ class Thresholds:
     entropy_drop: float = 0.7  # relative drop from the first to the late window
     entropy_volatility: float = 0.15
     kl_negative_frac: float = 0.1
+    kl_negative_min: float = -1e-3  # ignore negative estimates closer to zero than this (noise)
     kl_above_frac: float = 0.3
     clip_fraction: float = 0.2
     approx_kl_small: float = 1e-4
@@ -211,7 +212,7 @@ def _reward(run: RunHistory) -> np.ndarray:
 def _is_flat(r: np.ndarray, th: Thresholds) -> tuple[bool, float, float]:
     early, late = _early_late(r, th)
     e, l_ = float(early.mean()), float(late.mean())
-    scale = max(abs(e), float(r.max() - r.min()), 0.1)
+    scale = max(float(r.max() - r.min()), 1e-9)
     return abs(l_ - e) < th.flat_rel_change * scale, e, l_
 
 
@@ -347,7 +348,7 @@ def f_kl_negative(run: RunHistory, th: Thresholds) -> Optional[Finding]:
     if kl.size < 4:
         return None
     frac = float((kl < 0).mean())
-    if frac < th.kl_negative_frac:
+    if frac < th.kl_negative_frac or float(kl.min()) > th.kl_negative_min:
         return None
     idx = [i for i, v in enumerate(kl) if v < 0]
     return Finding("kl_negative", "warning", f"KL estimate negative on {frac:.0%} of steps (min {_fmt(float(kl.min()))})",

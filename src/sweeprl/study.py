@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -42,7 +43,15 @@ def make_storage(url: str, heartbeat_interval: Optional[int] = None, grace_perio
             "grace_period": grace_period,
             "failed_trial_callback": optuna.storages.RetryFailedTrialCallback(max_retry=max(1, max_retry)),
         }
-    return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, **kwargs)
+    # Several drivers starting at once race to create the schema; the losers retry.
+    for attempt in range(5):
+        try:
+            return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, **kwargs)
+        except Exception:  # noqa: BLE001 - sqlalchemy IntegrityError/OperationalError during concurrent creation
+            if attempt == 4:
+                raise
+            time.sleep(1.0 + attempt)
+    raise AssertionError("unreachable")
 
 
 def finished_count(study: optuna.Study) -> int:

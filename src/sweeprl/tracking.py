@@ -99,6 +99,13 @@ class SafeTracker:
                     raise
                 return exp.experiment_id
 
+        # the first contact may race other drivers creating the same database schema: retry briefly
+        for attempt in range(4):
+            try:
+                return get_or_create()
+            except Exception:  # noqa: BLE001 - handled by call() on the last attempt
+                self._client = None
+                time.sleep(1.0 + attempt)
         return self.call("get/create experiment", get_or_create)
 
     def find_run(self, experiment_id: str, tags: Mapping[str, str]) -> Optional[str]:

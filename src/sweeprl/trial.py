@@ -195,7 +195,10 @@ def run_trial(cfg: DictConfig, output_dir: str | Path, progress_bars: bool = Fal
         tracker.log_artifact(run_id, str(out / "resolved_config.yaml"))
 
     from sweeprl.training.callbacks import MetricsRecorder, use_progress_display
-    from sweeprl.training.trl_trainers import build_trl_trainer
+    if cfg.algo.name == "ppo":
+        from sweeprl.training.ppo import build_ppo_trainer as build_trainer
+    else:
+        from sweeprl.training.trl_trainers import build_trl_trainer as build_trainer
 
     recorder = MetricsRecorder(out / "metrics.jsonl", tracker, run_id)
     pruning = make_pruning_callback(cfg)
@@ -203,7 +206,7 @@ def run_trial(cfg: DictConfig, output_dir: str | Path, progress_bars: bool = Fal
 
     fault = fault_config(cfg)
     try:
-        trainer = build_trl_trainer(
+        trainer = build_trainer(
             cfg,
             model=path,
             tokenizer=tokenizer,

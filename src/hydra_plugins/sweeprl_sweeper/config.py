@@ -194,6 +194,8 @@ class SweeprlSweeperConf:
     # async: refill a slot as soon as it is free; batch: wait for the whole round (Hydra's stock behaviour,
     # kept for comparison in bench/slots.py)
     slot_refill: str = "async"
+    # write report.html/report.md + plots into the sweep dir at the end (and log them to the parent run)
+    report: bool = True
 
 
 def register() -> None:

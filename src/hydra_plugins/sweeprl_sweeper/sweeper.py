@@ -69,6 +69,7 @@ class SweeprlSweeper(Sweeper):
         heartbeat_interval: int = 10,
         grace_period: Optional[int] = None,
         slot_refill: str = "async",
+        report: bool = True,
     ) -> None:
         self.sampler_cfg = sampler
         self.pruner_cfg = pruner
@@ -92,6 +93,7 @@ class SweeprlSweeper(Sweeper):
         if slot_refill not in ("async", "batch"):
             raise SearchSpaceError(f"hydra.sweeper.slot_refill={slot_refill!r}; allowed: async, batch")
         self.slot_refill = slot_refill
+        self.report = bool(report)
         self._tracebacks: Dict[int, str] = {}
         self._mine: List[optuna.Trial] = []  # trials this driver asked
         self.config: Optional[DictConfig] = None
@@ -610,6 +612,16 @@ class SweeprlSweeper(Sweeper):
             f"pareto front: {len(results.get('solutions', []))} trials",
             f"optuna storage: {self.storage_url}",
         ]  # fmt: skip
+        if self.report and rows:
+            try:
+                from sweeprl.report import build_report, log_report_to_mlflow
+
+                files = build_report(str(self.study_name), self.storage_url, self.sweep_dir)
+                lines.append(f"report: {files.html}")
+                if tracking_uri:
+                    log_report_to_mlflow(files, tracking_uri, str(self.study_name))
+            except Exception as exc:  # noqa: BLE001 - a report problem must not fail a finished sweep
+                log.warning("sweep report not written: %s: %s", type(exc).__name__, exc)
         if tracking_uri:
             lines.append(f"compare trials in MLflow: {ui_command(tracking_uri)}")
         for line in lines:

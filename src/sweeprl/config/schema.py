@@ -70,7 +70,7 @@ class GRPOAlgoConfig:
     learning_rate: float = f(1e-6, "Peak learning rate of AdamW.")
     beta: float = f(0.0, "KL coefficient against the reference model (0 = no reference model is loaded).")
     num_generations: int = f(8, "Completions sampled per prompt (the GRPO group size).")
-    per_device_train_batch_size: int = f(8, "Completions per device per optimizer micro-step.")
+    per_device_train_batch_size: int = f(24, "Completions per device per optimizer micro-step (24 is divisible by the default num_generations choices 4, 6, 8).")
     gradient_accumulation_steps: int = f(1, "Micro-steps per optimizer update.")
     generation_batch_size: Optional[int] = f(None, "Completions generated per generation round; None = batch x accumulation.")
     num_iterations: int = f(1, "Optimisation passes over each generated batch (mu in the GRPO paper).")
@@ -100,7 +100,7 @@ class RLOOAlgoConfig:
     learning_rate: float = f(1e-6, "Peak learning rate of AdamW.")
     beta: float = f(0.05, "KL coefficient against the reference model (0 = no reference model is loaded).")
     num_generations: int = f(4, "Completions sampled per prompt (the leave-one-out group).")
-    per_device_train_batch_size: int = f(8, "Completions per device per optimizer micro-step.")
+    per_device_train_batch_size: int = f(24, "Completions per device per optimizer micro-step (24 is divisible by the default num_generations choices 4, 6, 8).")
     gradient_accumulation_steps: int = f(1, "Micro-steps per optimizer update.")
     generation_batch_size: Optional[int] = f(None, "Completions generated per generation round; None = batch x accumulation.")
     num_iterations: int = f(1, "Optimisation passes over each generated batch.")
@@ -268,6 +268,9 @@ GROUP_SCHEMAS: Dict[str, type] = {
 
 def register_configs() -> None:
     """Store the schemas in Hydra's ConfigStore (idempotent)."""
+    from sweeprl.training.ppo_config import PPOAlgoConfig  # here: ppo_config imports this module
+
+    ALGO_SCHEMAS.setdefault("ppo", PPOAlgoConfig)
     cs = ConfigStore.instance()
     cs.store(name="sweeprl_schema", node=SweeprlConfig)
     for group, schema in GROUP_SCHEMAS.items():

@@ -158,8 +158,8 @@ def _search_space_checks(cfg: DictConfig) -> List[str]:
             problems.append(f"search_space.{key}={lo_hi} is invalid; allowed: [low, high] with low < high")
     if space.learning_rate[0] <= 0:
         problems.append(f"search_space.learning_rate={list(space.learning_rate)} is invalid; allowed: low > 0 (log scale)")
-    if not all(int(g) >= 2 for g in space.num_generations):
-        problems.append(f"search_space.num_generations={list(space.num_generations)} is invalid; allowed: ints >= 2")
+    if not all(int(g) >= 1 for g in space.num_generations):
+        problems.append(f"search_space.num_generations={list(space.num_generations)} is invalid; allowed: ints >= 1 (>= 2 for GRPO/RLOO)")
     return problems
 
 
@@ -169,6 +169,11 @@ def validate(cfg: DictConfig) -> None:
     algo_name: Optional[str] = OmegaConf.select(cfg, "algo.name")
     if algo_name not in ALGO_SCHEMAS:
         problems.append(f"algo.name={algo_name!r} is invalid; allowed: one of {', '.join(ALGO_SCHEMAS)}")
+    elif algo_name == "ppo":
+        from sweeprl.training.ppo_config import ppo_cross_checks, ppo_rules
+
+        problems += _check(cfg, ppo_rules())
+        problems += ppo_cross_checks(cfg)
     elif algo_name in ("grpo", "rloo"):
         present = set(cfg.algo.keys())
         problems += _check(cfg, [r for r in GRPO_RULES if r.key.split(".", 1)[1] in present])

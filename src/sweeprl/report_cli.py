@@ -1,0 +1,137 @@
+"""``python -m sweeprl report STUDY`` (the sweep report) and ``python -m sweeprl trials STUDY`` (the ranked table).
+
+STUDY is a sweep dir (``multirun/<study>/``, holding ``optuna.db``) or a study name, which then needs
+``--storage URL`` (e.g. ``sqlite:///multirun/quickstart-lr_kl/optuna.db``).
+
+``report`` writes ``report.md``, a self-contained ``report.html``, PNG figures and ``next_sweep.json`` into the
+sweep dir (or ``--out DIR``), prints the written files, and attaches them to the sweep's MLflow parent run
+(artifact path ``report/``) unless ``--no-mlflow``. The MLflow store is ``--tracking-uri``, else
+``MLFLOW_TRACKING_URI``, else the one the sweep used (the trials' ``tracking.uri`` or ``<launch dir>/mlflow.db``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from typing import List, Optional, Sequence, Tuple
+
+SUBCOMMANDS = ("report", "trials")
+
+
+def _split_study(positionals: Sequence[str]) -> Tuple[Optional[str], Optional[str], Optional[str]]:
+    """(subcommand given again, or None; study name; sweep dir) from STUDY (optionally preceded by the
+    subcommand name, as in ``main(["report", "multirun/x"])``)."""
+    args = list(positionals)
+    sub = None
+    if len(args) == 2 and args[0] in SUBCOMMANDS:
+        sub = args.pop(0)
+    if len(args) != 1:
+        raise ValueError(f"expected one STUDY (a sweep dir or a study name), got {len(args)}: {' '.join(args)}")
+    study = args[0]
+    if os.path.isdir(study):
+        return sub, None, study
+    return sub, study, None
+
+
+def _check(study_name: Optional[str], sweep_dir: Optional[str], storage: Optional[str]) -> None:
+    """A STUDY that is neither an existing dir nor a name with --storage: say which was probably meant."""
+    from sweeprl.report import ReportError
+
+    if sweep_dir is None and storage is None:
+        name = study_name or ""
+        if os.sep in name or name.startswith(".") or name.startswith("~"):
+            raise ReportError(f"{name}: no such directory (expected a sweep dir such as multirun/<study>/ holding optuna.db)")
+        raise ReportError(f"{name!r} is not a directory; for a study name pass --storage URL (e.g. sqlite:///multirun/{name}/optuna.db)")
+
+
+def _parser(prog: str, description: str, usage: str) -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog=prog, usage=usage, description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("study", nargs="+", metavar="STUDY", help="a sweep dir (multirun/<study>/) or a study name (with --storage)")
+    ap.add_argument("--storage", help="Optuna storage URL (required with a study name; default for a sweep dir: its optuna.db)")
+    return ap
+
+
+def main(argv: List[str]) -> int:
+    """``report STUDY [--storage URL] [--out DIR] [--top-k 3] [--tracking-uri URI] [--no-mlflow]``.
+
+    ``argv`` may start with the subcommand name (``report`` or ``trials``, which goes to :func:`trials_main`)."""
+    argv = list(argv)
+    # the subcommand name itself may lead (``main(["report", DIR])``), unless it is a sweep dir's name
+    if argv[:1] == ["trials"] and not os.path.isdir("trials"):
+        return trials_main(argv[1:])
+    if argv[:1] == ["report"] and not os.path.isdir("report"):
+        argv = argv[1:]
+    ap = _parser("python -m sweeprl report", __doc__ or "",
+                 "%(prog)s STUDY [--storage URL] [--out DIR] [--top-k K] [--tracking-uri URI] [--no-mlflow]")
+    ap.add_argument("--out", help="write the report here instead of the sweep dir")
+    ap.add_argument("--top-k", type=int, default=3, help="trials whose curves and objective terms are shown (default 3)")
+    ap.add_argument("--tracking-uri", help="MLflow store of the sweep (default: MLFLOW_TRACKING_URI, else the sweep's own)")
+    ap.add_argument("--no-mlflow", action="store_true", help="do not attach the report to the sweep's MLflow parent run")
+    args = ap.parse_args(argv)
+    if args.top_k < 1:
+        ap.error("--top-k must be >= 1")
+    _logging()
+    from sweeprl.report import ReportError, build_report, default_tracking_uri, log_report_to_mlflow
+
+    try:
+        _, study_name, sweep_dir = _split_study(args.study)
+        _check(study_name, sweep_dir, args.storage)
+        files = build_report(study_name, args.storage, sweep_dir, out_dir=args.out, top_k=args.top_k)
+    except (ReportError, ValueError) as exc:
+        print(f"sweeprl report: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"sweeprl report: cannot write the report: {exc}", file=sys.stderr)
+        return 2
+    print(f"report of study {files.study_name} ({len(files.paths)} files in {files.out_dir}):")
+    for p in files.paths:
+        print(f"  {p}")
+    for note in files.notes:
+        print(f"  note: {note}")
+    if not args.no_mlflow:
+        uri = args.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri(files)
+        if not uri:
+            print("sweeprl report: no MLflow store found for this sweep (pass --tracking-uri); report not logged to MLflow", file=sys.stderr)
+        else:
+            run_id = log_report_to_mlflow(files, uri, files.study_name)
+            if run_id:
+                print(f"logged to MLflow: run {run_id}, artifact path report/ ({uri})")
+            else:
+                print(f"sweeprl report: not logged to MLflow ({uri}): no parent run for study {files.study_name} or the store failed (see above)",
+                      file=sys.stderr)  # fmt: skip
+    return 0
+
+
+def trials_main(argv: List[str]) -> int:
+    """``trials STUDY [--storage URL]``: every trial of the study, ranked best first (COMPLETE ranked, then the rest)."""
+    ap = _parser("python -m sweeprl trials", "Print the ranked table of a study's trials.\n\n" + (__doc__ or "").split("\n\n", 1)[1],
+                 "%(prog)s STUDY [--storage URL]")
+    args = ap.parse_args(list(argv))
+    _logging()
+    from sweeprl.report import ReportError, open_study
+    from sweeprl.study import ranked_rows
+
+    try:
+        _, study_name, sweep_dir = _split_study(args.study)
+        _check(study_name, sweep_dir, args.storage)
+        ref = open_study(study_name, args.storage, sweep_dir)
+    except (ReportError, ValueError) as exc:
+        print(f"sweeprl trials: {exc}", file=sys.stderr)
+        return 2
+    from sweeprl.console import console, trials_table
+
+    rows = ranked_rows(ref.study)
+    if not rows:
+        console.print(f"study {ref.study.study_name} ({ref.storage_url}) has no trials yet", soft_wrap=True)
+        return 0
+    console.print(trials_table(rows, title=f"study {ref.study.study_name}: {len(rows)} trials (best first)", max_rows=len(rows)))
+    return 0
+
+
+def _logging() -> None:
+    root = logging.getLogger()
+    if not root.handlers:
+        logging.basicConfig(level=logging.WARNING, format="sweeprl: %(levelname)s: %(message)s")
+    logging.getLogger("optuna").setLevel(logging.WARNING)

@@ -1,0 +1,261 @@
+"""The sweep report (``sweeprl.report``) and its CLI (``sweeprl.report_cli``): a real 3-trial sweep on the tiny
+model, then behaviour of the written files, the ranked table, errors and the MLflow upload; plus unit tests
+on hand-made rows and synthetic studies (no training)."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+
+from sweeprl.study import TrialRow
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+STUDY = "quickstart-lr_kl"
+
+
+# ------------------------------------------------------------------------------------------ the real sweep
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory, model_cache):
+    """A real 3-trial sweep (12 updates each) in its own launch dir; returns (launch dir, sweep dir)."""
+    root = tmp_path_factory.mktemp("report_sweep")
+    cmd = [sys.executable, "-m", "sweeprl", "-m", "experiment=quickstart", "sweep=lr_kl", "hydra.sweeper.n_trials=3",
+           "hydra.sweeper.sampler.seed=0", "algo.max_steps=12", f"model.cache_dir={model_cache}"]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    sweep_dir = root / "multirun" / STUDY
+    assert (sweep_dir / "optuna.db").is_file()
+    return root, sweep_dir
+
+
+@pytest.fixture(scope="module")
+def study(sweep):
+    from sweeprl.study import make_storage
+
+    return optuna.load_study(study_name=STUDY, storage=make_storage(f"sqlite:///{sweep[1] / 'optuna.db'}"))
+
+
+@pytest.fixture(scope="module")
+def report(sweep):
+    from sweeprl.report import build_report
+
+    return build_report(None, None, str(sweep[1]))
+
+
+def _table_rows(page: str) -> list[list[str]]:
+    table = re.search(r'<table id="trials">.*?<tbody>(.*?)</tbody>', page, re.S)
+    assert table, "no trials table in report.html"
+    rows = re.findall(r"<tr[^>]*>(.*?)</tr>", table.group(1), re.S)
+    return [[re.sub(r"<[^>]+>", "", c) for c in re.findall(r"<td[^>]*>(.*?)</td>", r, re.S)] for r in rows]
+
+
+@pytest.mark.e2e
+def test_html_is_self_contained_and_ranks_every_trial(report, study):
+    page = Path(report.html).read_text()
+    assert 'src="http' not in page and 'href="http' not in page and "<script" not in page and "<link" not in page
+    imgs = re.findall(r"<img\b[^>]*>", page)
+    assert len(imgs) == len(report.images) >= 5
+    assert all('src="data:image/png;base64,' in tag for tag in imgs)
+    rows = _table_rows(page)
+    numbers = [int(r[1]) for r in rows]
+    assert sorted(numbers) == sorted(t.number for t in study.trials)
+    assert numbers[0] == study.best_trial.number and rows[0][0] == "1"
+    assert 'id="sweep-diagnosis"' in page and 'id="suggested-next-sweep"' in page
+
+
+@pytest.mark.e2e
+def test_markdown_references_valid_pngs(report):
+    md_path = Path(report.markdown)
+    md = md_path.read_text()
+    refs = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md)
+    assert refs and {str(md_path.parent / r) for r in refs} == set(report.images)
+    for ref in refs:
+        data = (md_path.parent / ref).read_bytes()
+        assert data[:8] == PNG_MAGIC and len(data) > 1024, ref
+    names = {Path(p).name for p in report.images}
+    assert {"history.png", "parallel_coordinate.png", "curves.png", "objective_terms.png"} <= names
+    assert {"slice_algo_learning_rate.png", "slice_algo_beta.png"} <= names
+    assert "## Trials (best first)" in md and "## Sweep diagnosis" in md and "## Suggested next sweep" in md
+
+
+@pytest.mark.e2e
+def test_slice_axes_follow_the_distributions(study):
+    from sweeprl.report import is_log_param, slice_figure
+
+    assert is_log_param(study, "algo.learning_rate") and not is_log_param(study, "algo.beta")
+    lr, beta = slice_figure(study, "algo.learning_rate"), slice_figure(study, "algo.beta")
+    try:
+        assert lr.axes[0].get_xscale() == "log"
+        assert beta.axes[0].get_xscale() == "linear"
+    finally:
+        import matplotlib.pyplot as plt
+
+        plt.close(lr)
+        plt.close(beta)
+
+
+@pytest.mark.e2e
+def test_next_sweep_is_runnable_space(report, study):
+    from hydra_plugins.sweeprl_sweeper.search_space import parse_search_space
+
+    data = json.loads(Path(report.next_sweep).read_text())
+    params = data["next_sweep"]["params"]
+    assert set(params) == {"algo.learning_rate", "algo.beta"}
+    space, _ = parse_search_space(params, [])
+    lr = space.distributions["algo.learning_rate"]
+    assert lr.log and lr.low <= study.best_params["algo.learning_rate"] <= lr.high
+
+
+@pytest.mark.e2e
+def test_trials_prints_ranked_table(sweep, study, capsys):
+    from sweeprl.report_cli import trials_main
+    from sweeprl.study import ranked_rows
+
+    assert trials_main([str(sweep[1])]) == 0
+    out = capsys.readouterr().out
+    printed = []
+    for line in out.splitlines():
+        cells = [c.strip() for c in line.split("│")]
+        if len(cells) > 4 and cells[3] in ("COMPLETE", "PRUNED", "FAIL", "RUNNING"):
+            printed.append(int(cells[2]))
+    assert printed == [r.number for r in ranked_rows(study)]
+
+
+@pytest.mark.e2e
+def test_report_cli_errors_exit_2(tmp_path, sweep, capsys):
+    from sweeprl.report_cli import main
+
+    assert main(["report", str(tmp_path / "missing")]) == 2
+    assert "no such directory" in capsys.readouterr().err
+    assert main([str(tmp_path)]) == 2  # a directory without optuna.db
+    assert "no optuna.db" in capsys.readouterr().err
+    assert main(["no-such-study", "--storage", f"sqlite:///{sweep[1] / 'optuna.db'}"]) == 2
+    err = capsys.readouterr().err
+    assert "no study named 'no-such-study'" in err and len(err.strip().splitlines()) == 1
+    assert main(["x", "--storage", f"sqlite:///{tmp_path / 'nope.db'}"]) == 2
+    assert "no such file" in capsys.readouterr().err
+    assert not (tmp_path / "nope.db").exists()
+
+
+@pytest.mark.e2e
+def test_report_cli_writes_and_logs_to_mlflow(sweep, tmp_path, capsys, monkeypatch):
+    from mlflow.tracking import MlflowClient
+
+    from sweeprl.report_cli import main
+
+    root, sweep_dir = sweep
+    uri = f"sqlite:///{root / 'mlflow.db'}"
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)  # the sweep's own store is found from its trials
+    assert main(["report", str(sweep_dir), "--out", str(tmp_path), "--top-k", "2"]) == 0
+    out = capsys.readouterr().out
+    assert str(tmp_path / "report.html") in out and "logged to MLflow" in out
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name(STUDY)
+    (parent,) = client.search_runs([exp.experiment_id], "tags.`sweeprl.role` = 'sweep'")
+    names = {Path(a.path).name for a in client.list_artifacts(parent.info.run_id, "report")}
+    assert {"report.html", "report.md", "curves.png", "history.png", "next_sweep.json"} <= names
+
+
+@pytest.mark.e2e
+def test_log_report_to_mlflow_finds_parent_run(sweep, report):
+    from mlflow.tracking import MlflowClient
+
+    from sweeprl.report import log_report_to_mlflow
+
+    uri = f"sqlite:///{sweep[0] / 'mlflow.db'}"
+    run_id = log_report_to_mlflow(report, uri, STUDY)
+    assert run_id
+    client = MlflowClient(uri)
+    assert client.get_run(run_id).data.tags["sweeprl.role"] == "sweep"
+    names = {Path(a.path).name for a in client.list_artifacts(run_id, "report")}
+    assert {Path(p).name for p in report.paths} <= names
+    assert log_report_to_mlflow(report, uri, "another-study") is None
+
+
+# ------------------------------------------------------------------------------------------ unit tests
+def _row(n, lr, beta, findings, state="COMPLETE", gens=4):
+    return TrialRow(number=n, state=state, values=[0.1 * n] if state == "COMPLETE" else None,
+                    params={"algo.learning_rate": lr, "algo.beta": beta, "algo.num_generations": gens}, findings=findings)  # fmt: skip
+
+
+def test_unstable_regions_on_hand_made_rows():
+    from sweeprl.report import unstable_regions
+
+    rows = [
+        _row(0, 1e-4, 0.05, ["reward_flat"], gens=4),
+        _row(1, 3e-4, 0.15, ["reward_flat"], gens=8),
+        _row(2, 1e-3, 0.10, [], gens=4),
+        _row(3, 3.7e-3, 0.16, ["kl_above_target", "entropy_collapse"], gens=8),
+        _row(4, 1e-2, 0.18, ["kl_above_target"], gens=4),
+        _row(5, 3e-2, 0.07, ["kl_above_target", "entropy_collapse"], state="PRUNED", gens=8),
+        _row(6, 5e-2, 0.12, ["kl_above_target"], state="FAIL", gens=4),  # failed: not counted
+    ]
+    regions = {g.finding: g for g in unstable_regions(rows, causes={"kl_above_target": "learning rate too high"})}
+    kl = regions["kl_above_target"]
+    assert kl.trials == [3, 4, 5] and kl.n_considered == 6
+    assert kl.conditions == ["algo.learning_rate >= 0.0037"]
+    assert kl.text.startswith("kl_above_target in 3 of 6 trials, all with algo.learning_rate >= 0.0037")
+    assert "Why: learning rate too high" in kl.text
+    assert regions["reward_flat"].conditions == ["algo.learning_rate <= 0.0003"]
+    ent = regions["entropy_collapse"]  # trials 3 and 5; trial 4 (lr 1e-2) in between did not have it
+    assert ent.conditions == []
+    assert "all with algo.learning_rate >= 0.0037 (2 of the 3 trials there have it" in ent.text
+    assert list(regions)[0] == "kl_above_target"  # most trials first
+    # a finding everywhere: ranges, no separating condition
+    everywhere = unstable_regions([_row(0, 1e-4, 0.1, ["truncation_high"]), _row(1, 1e-3, 0.2, ["truncation_high"])])
+    assert everywhere[0].conditions == [] and "in all 2 trials" in everywhere[0].text
+    assert "algo.learning_rate in [0.0001, 0.001]" in everywhere[0].ranges
+    assert unstable_regions([]) == []
+    # categorical params: disjoint value sets separate
+    cat = [TrialRow(number=i, state="COMPLETE", values=[0.0], params={"reward.name": name}, findings=f)
+           for i, (name, f) in enumerate([("charset", []), ("length", ["length_hacking"]), ("charset", []), ("length", ["length_hacking"])])]
+    assert unstable_regions(cat)[0].conditions == ["reward.name in {length}"]
+
+
+def _synthetic_study(tmp_path, name, directions, values):
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    study = optuna.create_study(study_name=name, storage=storage, directions=directions)
+    dists = {"algo.learning_rate": optuna.distributions.FloatDistribution(1e-5, 1e-1, log=True),
+             "algo.beta": optuna.distributions.FloatDistribution(0.0, 0.2)}  # fmt: skip
+    for i, v in enumerate(values):
+        t = study.ask(fixed_distributions=dists)
+        if v is None:
+            t.set_user_attr("fail_reason", f"RuntimeError: boom {i}")
+            study.tell(t, state=optuna.trial.TrialState.FAIL)
+        else:
+            study.tell(t, v)
+    return storage
+
+
+def test_failed_only_and_empty_studies_give_a_message(tmp_path):
+    from sweeprl.report import build_report
+
+    failed = tmp_path / "failed"
+    failed.mkdir()
+    _synthetic_study(failed, "only-failures", ["maximize"], [None, None])
+    files = build_report(None, None, str(failed))
+    md = Path(files.markdown).read_text()
+    assert "No trial completed" in md and "boom 0" in md and files.images == []
+    assert Path(files.html).is_file()
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    _synthetic_study(empty, "nothing", ["maximize"], [])
+    files = build_report("nothing", f"sqlite:///{empty / 'optuna.db'}", None, out_dir=str(empty / "out"))
+    assert "no trials yet" in Path(files.markdown).read_text()
+
+
+def test_multi_objective_study_plots_the_pareto_front(tmp_path):
+    from sweeprl.report import build_report
+
+    _synthetic_study(tmp_path, "pareto", ["maximize", "minimize"], [[0.5, 0.2], [0.7, 0.4], [0.4, 0.3], [0.6, 0.1]])
+    files = build_report(None, None, str(tmp_path), top_k=2)
+    names = {Path(p).name for p in files.images}
+    assert "pareto_front.png" in names and "history.png" not in names and "importances.png" not in names
+    assert "slice_algo_learning_rate.png" in names
+    assert "Pareto front: trials" in Path(files.markdown).read_text()
