@@ -107,3 +107,22 @@ def test_rerun_with_more_trials_adds_exactly_the_difference(first_sweep, model_c
     # a third run with the same target does nothing
     sweep(cwd, model_cache, 5)
     assert len(study_of(cwd).trials) == 5
+
+
+def test_diagnosis_of_a_trial_from_mlflow_and_from_its_dir(first_sweep):
+    from sweeprl.diagnosis import diagnose
+    from sweeprl.history import load
+
+    cwd, _ = first_sweep
+    client, _, children = runs_of(cwd)
+    run = next(r for r in children if r.data.tags["sweeprl.trial_number"] == "0")
+    assert "diagnosis.md" in {a.path for a in client.list_artifacts(run.info.run_id)}
+    from_mlflow = load(f"runs:/{run.info.run_id}", tracking_uri=f"sqlite:///{cwd}/mlflow.db")
+    from_dir = load(str(cwd / "multirun" / STUDY / "trial_0"))
+    assert len(from_mlflow.records) == len(from_dir.records) == STEPS
+    assert [r["reward"] for r in from_mlflow.records] == pytest.approx([r["reward"] for r in from_dir.records])
+    assert from_mlflow.config["learning_rate"] == pytest.approx(from_dir.config["learning_rate"])
+    assert from_dir.sweep_params["algo.learning_rate"].startswith("tag(log, interval(")
+    assert diagnose(from_mlflow).ids() == diagnose(from_dir).ids()
+    tags = {k for k in run.data.tags if k.startswith("diag.")}
+    assert tags == {f"diag.{i}" for i in diagnose(from_dir).ids()}

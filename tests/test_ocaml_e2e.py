@@ -50,12 +50,19 @@ def test_two_trial_ocaml_sweep_on_cpu(tmp_path, model_cache):
     assert [t.state.name for t in study.trials] == ["COMPLETE", "COMPLETE"]
     for t in study.trials:
         trial_dir = tmp_path / "multirun" / STUDY / f"trial_{t.number}"
-        history = [json.loads(line) for line in (trial_dir / "metrics.jsonl").read_text().splitlines()]
+        records = [json.loads(line) for line in (trial_dir / "metrics.jsonl").read_text().splitlines()]
+        history = [r for r in records if "reward" in r]  # training steps (eval records carry eval_* keys)
         assert len(history) == 2
+        assert any("eval_reward" in r for r in records)  # the validation split is evaluated (data.eval_every)
         for comp in ("structural", "typecheck", "compile", "tests"):
             assert f"rewards/ocaml/{comp}" in history[0]
         scored = [json.loads(line) for line in (trial_dir / "completions.jsonl").read_text().splitlines()]
-        assert len(scored) == 2 * 12  # every scored completion, with its breakdown
+        by_step = {}
+        for rec in scored:
+            by_step[rec["step"]] = by_step.get(rec["step"], 0) + 1
+        # every scored completion with its breakdown: 12 per training update (scored before the update, so at
+        # global steps 0 and 1), then the validation prompts evaluated at step 2
+        assert by_step[0] == 12 and by_step[1] == 12 and by_step.get(2, 0) > 0
         assert {"step", "problem_id", "completion", "reward", "structural", "typecheck", "compile", "tests"} <= set(scored[0])
         assert all(0.0 <= s["reward"] <= 1.0 for s in scored)
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")

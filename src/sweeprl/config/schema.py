@@ -65,11 +65,13 @@ class LoraConfig:
 
 # ---------------------------------------------------------------------------------------------- algo
 @dataclass
-class GRPOAlgoConfig:
-    name: str = f("grpo", "Algorithm: grpo (TRL GRPOTrainer).")
+class TRLAlgoConfig:
+    """Fields GRPO and RLOO share (TRL's GRPOConfig/RLOOConfig names)."""
+
+    name: str = f(MISSING, "Algorithm name.")
     learning_rate: float = f(1e-6, "Peak learning rate of AdamW.")
     beta: float = f(0.0, "KL coefficient against the reference model (0 = no reference model is loaded).")
-    num_generations: int = f(8, "Completions sampled per prompt (the GRPO group size).")
+    num_generations: int = f(8, "Completions sampled per prompt (the group).")
     per_device_train_batch_size: int = f(24, "Completions per device per optimizer micro-step (24 is divisible by the default num_generations choices 4, 6, 8).")
     gradient_accumulation_steps: int = f(1, "Micro-steps per optimizer update.")
     generation_batch_size: Optional[int] = f(None, "Completions generated per generation round; None = batch x accumulation.")
@@ -81,44 +83,30 @@ class GRPOAlgoConfig:
     optim: str = f("adamw_torch", "Optimizer (transformers name).")
     epsilon: float = f(0.2, "Lower clipping epsilon of the importance ratio.")
     epsilon_high: Optional[float] = f(None, "Upper clipping epsilon (DAPO clip-higher); None = epsilon.")
+    mask_truncated_completions: bool = f(False, "Exclude completions that hit max length from the loss.")
+    disable_dropout: bool = f(True, "Disable dropout in policy and reference model.")
+    gradient_checkpointing: bool = f(False, "Trade compute for memory (useful for large models on GPU).")
+    max_steps: int = f(100, "Number of optimizer updates of the trial.")
+    logging_steps: int = f(1, "Log metrics every this many updates.")
+    seed: int = f(42, "Training seed (sampling, data order, dropout).")
+    extra: Dict[str, Any] = f({}, "Any other field of the TRL config, passed through as is (e.g. +algo.extra.top_entropy_quantile=0.2).")
+
+
+@dataclass
+class GRPOAlgoConfig(TRLAlgoConfig):
+    name: str = f("grpo", "Algorithm: grpo (TRL GRPOTrainer).")
     delta: Optional[float] = f(None, "Two-sided clipping bound of the ratio (None = off).")
     loss_type: str = f("dapo", "Loss aggregation: grpo, dr_grpo, dapo, bnpo, cispo, sapo, luspo, vespo.")
     scale_rewards: str = f("group", "Advantage scaling: group, batch or none.")
     importance_sampling_level: str = f("token", "Importance ratio level: token or sequence (GSPO).")
-    mask_truncated_completions: bool = f(False, "Exclude completions that hit max length from the loss.")
-    disable_dropout: bool = f(True, "Disable dropout in policy and reference model.")
-    gradient_checkpointing: bool = f(False, "Trade compute for memory (useful for large models on GPU).")
-    max_steps: int = f(100, "Number of optimizer updates of the trial.")
-    logging_steps: int = f(1, "Log metrics every this many updates.")
-    seed: int = f(42, "Training seed (sampling, data order, dropout).")
-    extra: Dict[str, Any] = f({}, "Any other GRPOConfig field, passed through as is (e.g. +algo.extra.top_entropy_quantile=0.2).")
 
 
 @dataclass
-class RLOOAlgoConfig:
+class RLOOAlgoConfig(TRLAlgoConfig):
     name: str = f("rloo", "Algorithm: rloo (TRL RLOOTrainer, REINFORCE leave-one-out baseline).")
-    learning_rate: float = f(1e-6, "Peak learning rate of AdamW.")
     beta: float = f(0.05, "KL coefficient against the reference model (0 = no reference model is loaded).")
     num_generations: int = f(4, "Completions sampled per prompt (the leave-one-out group).")
-    per_device_train_batch_size: int = f(24, "Completions per device per optimizer micro-step (24 is divisible by the default num_generations choices 4, 6, 8).")
-    gradient_accumulation_steps: int = f(1, "Micro-steps per optimizer update.")
-    generation_batch_size: Optional[int] = f(None, "Completions generated per generation round; None = batch x accumulation.")
-    num_iterations: int = f(1, "Optimisation passes over each generated batch.")
-    max_grad_norm: float = f(1.0, "Gradient clipping norm.")
-    warmup_steps: float = f(0, "Warmup updates (an int count, or a fraction of max_steps when < 1).")
-    lr_scheduler_type: str = f("constant", "Learning-rate schedule (transformers names: constant, linear, cosine, …).")
-    weight_decay: float = f(0.0, "AdamW weight decay.")
-    optim: str = f("adamw_torch", "Optimizer (transformers name).")
-    epsilon: float = f(0.2, "Lower clipping epsilon of the importance ratio.")
-    epsilon_high: Optional[float] = f(None, "Upper clipping epsilon; None = epsilon.")
     normalize_advantages: bool = f(False, "Whiten the leave-one-out advantages.")
-    mask_truncated_completions: bool = f(False, "Exclude completions that hit max length from the loss.")
-    disable_dropout: bool = f(True, "Disable dropout in policy and reference model.")
-    gradient_checkpointing: bool = f(False, "Trade compute for memory (useful for large models on GPU).")
-    max_steps: int = f(100, "Number of optimizer updates of the trial.")
-    logging_steps: int = f(1, "Log metrics every this many updates.")
-    seed: int = f(42, "Training seed (sampling, data order, dropout).")
-    extra: Dict[str, Any] = f({}, "Any other RLOOConfig field, passed through as is.")
 
 
 # -------------------------------------------------------------------------------------------- reward
