@@ -45,16 +45,20 @@ def split_argv(argv: List[str]) -> Tuple[List[str], bool]:
     return overrides, skip
 
 
+class MalformedOverride(ValueError):
+    pass
+
+
 def task_overrides(overrides: List[str]) -> List[str]:
-    """Drop sweep overrides and hydra settings; unparsable overrides are kept so compose reports them."""
+    """Drop sweep overrides and hydra settings; raise MalformedOverride for text Hydra cannot parse."""
     parser = OverridesParser.create()
     kept = []
     for line in overrides:
         try:
             ov = parser.parse_override(line)
-        except HydraException:
-            kept.append(line)
-            continue
+        except HydraException as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise MalformedOverride(f"malformed override {line!r}: {first} (grammar: https://hydra.cc/docs/advanced/override_grammar/basic)") from exc
         if ov.is_hydra_override() or ov.is_sweep_override():
             continue
         kept.append(line)
@@ -88,7 +92,7 @@ def _field_help(cfg: DictConfig, key: str) -> Optional[str]:
 
 def explain(exc: Exception, overrides: List[str]) -> str:
     """A message that names the key, the bad value and what is allowed."""
-    text = "\n".join(str(e) for e in _chain(exc))
+    text = "\n".join(str(e) for e in _chain(exc) if str(e).strip() and str(e) != "None")
     key = _full_key(text)
     if key is None:
         return text
@@ -129,7 +133,10 @@ def precheck(argv: List[str]) -> Optional[str]:
     overrides, skip = split_argv(argv)
     if skip:
         return None
-    kept = task_overrides(overrides)
+    try:
+        kept = task_overrides(overrides)
+    except MalformedOverride as exc:
+        return str(exc)
     try:
         cfg = _compose(kept)
     except (HydraException, OmegaConfBaseException, ValueError) as exc:
