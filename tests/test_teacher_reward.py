@@ -206,29 +206,40 @@ class Handler(BaseHTTPRequestHandler):
             state["auth"][ident] = self.headers.get("Authorization")
             state["inflight"] += 1
             state["max_inflight"] = max(state["max_inflight"], state["inflight"])
+        released = []
+
+        def reply(code, payload, headers=None):
+            # the request stops counting as in flight once its answer is ready, before it is written: the
+            # client may start its next request the moment it has read this one
+            with lock:
+                state["inflight"] -= 1
+            released.append(True)
+            self.send(code, payload, headers) if headers else self.send(code, payload)
+
         try:
             if mode == "slow":
                 time.sleep(3.0)
             elif mode == "delay":
                 time.sleep(0.3)
             if mode == "500":
-                return self.send(500, {"error": "boom"})
+                return reply(500, {"error": "boom"})
             if mode == "429" and n == 1:
-                return self.send(429, {"error": "slow down"}, [("Retry-After", "0")])
+                return reply(429, {"error": "slow down"}, [("Retry-After", "0")])
             if mode == "malformed":
                 answer = "I would rather not grade this."
             elif mode.startswith("score="):
                 answer = "Score: " + mode.split("=", 1)[1]
             else:
                 answer = "Score: 8"
-            self.send(200, {"id": "x", "object": "chat.completion", "model": body["model"],
-                            "choices": [{"index": 0, "message": {"role": "assistant", "content": answer},
-                                         "finish_reason": "stop"}]})
+            reply(200, {"id": "x", "object": "chat.completion", "model": body["model"],
+                        "choices": [{"index": 0, "message": {"role": "assistant", "content": answer},
+                                     "finish_reason": "stop"}]})
         except (BrokenPipeError, ConnectionResetError):
             pass
         finally:
-            with lock:
-                state["inflight"] -= 1
+            if not released:
+                with lock:
+                    state["inflight"] -= 1
 
 server = ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Handler)
 server.daemon_threads = True
