@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import sys
 from pathlib import Path
 from typing import List
@@ -23,6 +24,13 @@ Plugins.instance()
 
 REPO = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on (at the time of the call)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def compose_cfg(overrides: List[str], return_hydra_config: bool = False):

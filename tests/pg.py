@@ -13,16 +13,12 @@ import time
 from contextlib import contextmanager
 from typing import Iterator
 
+from conftest import free_port
+
 
 def pg_bin() -> str | None:
     found = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"))
     return os.path.dirname(found[-1]) if found else None
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextmanager

@@ -8,7 +8,7 @@ import subprocess
 import optuna
 import pytest
 
-from conftest import PYTHON
+from conftest import PYTHON, free_port
 
 STUDY = "quickstart-lr"
 
@@ -52,6 +52,9 @@ CASES = [
     (["hydra.sweeper.storage=notadb://x"], "cannot be opened"),
     (["hydra.sweeper.slot_refill=sometimes"], "slot_refill"),
     (["hydra.sweeper.custom_search_space=nowhere.fn"], "cannot be imported"),
+    (["hydra.sweep.dir=afile/sweep"], "output dir hydra.sweep.dir="),
+    (["tracking.enabled=true", f"tracking.uri=http://127.0.0.1:{free_port()}"], "cannot be reached"),
+    (["tracking.enabled=true", "tracking.uri=sqlite:///afile/mlflow.db"], "afile is a file, not a directory"),
 ]
 
 
@@ -62,6 +65,7 @@ def existing_study(tmp_path_factory):
     (cwd / "multirun" / STUDY).mkdir(parents=True)
     study = optuna.create_study(study_name=STUDY, storage=storage, direction="maximize")
     study.enqueue_trial({"algo.learning_rate": 1e-3})
+    (cwd / "afile").write_text("a file where a directory is expected\n")
     return cwd, storage
 
 

@@ -14,17 +14,11 @@ import optuna
 import pytest
 from mlflow.tracking import MlflowClient
 
-from conftest import PYTHON
+from conftest import PYTHON, free_port
 
 pytestmark = pytest.mark.e2e
 STUDY = "quickstart-lr"
 MLFLOW = str(Path(sys.executable).parent / "mlflow")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_server(root: Path, port: int) -> subprocess.Popen:
@@ -118,3 +112,20 @@ def test_server_stopped_mid_sweep_and_restarted(tmp_path, model_cache):
     finally:
         driver.kill()
         stop_server(server)
+
+
+def test_unreachable_server_falls_back_to_the_local_store_only_when_asked(tmp_path, model_cache):
+    uri = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    refused = sweep(tmp_path, model_cache, uri, "hydra.sweeper.n_trials=1", "algo.max_steps=2")
+    assert refused.returncode == 2 and "cannot be reached" in refused.stderr and "tracking.fallback_local=true" in refused.stderr
+    assert not (tmp_path / "multirun").exists() and not (tmp_path / "mlflow.db").exists()  # nothing started
+
+    proc = sweep(tmp_path, model_cache, uri, "hydra.sweeper.n_trials=1", "algo.max_steps=2", "tracking.fallback_local=true",
+                 "hydra.sweeper.report=false")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"tracking.uri={uri} cannot be reached" in proc.stderr and "logs to the local store" in proc.stderr
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")  # the sweep and its trial went to the local store
+    runs = client.search_runs([client.get_experiment_by_name(STUDY).experiment_id])
+    assert sorted(r.data.tags.get("sweeprl.role") for r in runs) == ["sweep", "trial"]
+    (trial,) = [r for r in runs if r.data.tags.get("sweeprl.role") == "trial"]
+    assert [m.step for m in client.get_metric_history(trial.info.run_id, "reward")] == [1, 2]

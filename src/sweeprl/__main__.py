@@ -24,15 +24,25 @@ def main(argv: Optional[List[str]] = None) -> None:
 
         module, _, func = SUBCOMMANDS[args[0]].partition(":")
         sys.exit(getattr(importlib.import_module(module), func or "main")(args[1:]))
-    if any(a in ("--cfg", "-c") or a.startswith("--cfg=") for a in args):
+    printing = any(a in ("--cfg", "-c") or a.startswith("--cfg=") for a in args)
+    if printing:
         # Hydra refuses --cfg together with --multirun; printing the composed config is what is meant.
         args = [a for a in args if a not in ("-m", "--multirun")]
-    from sweeprl.config.precheck import precheck
+    from sweeprl.config.precheck import check
 
-    problem = precheck(args)
+    problem, cfg = check(args)
     if problem:
         print(f"sweeprl: invalid configuration: {problem}", file=sys.stderr)
         sys.exit(2)
+    if cfg is not None and not printing:
+        from sweeprl.config.preflight import preflight
+
+        problem, args, warnings = preflight(cfg, args)
+        for warning in warnings:
+            print(f"sweeprl: {warning}", file=sys.stderr)
+        if problem:
+            print(f"sweeprl: cannot run here: {problem}", file=sys.stderr)
+            sys.exit(2)
     from sweeprl.app import run_hydra
 
     sys.argv = [sys.argv[0] or "sweeprl", *args]

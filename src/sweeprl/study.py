@@ -5,12 +5,20 @@ from __future__ import annotations
 import math
 import os
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
 
 import optuna
 import yaml
 from optuna.trial import FrozenTrial, TrialState
+
+# Optuna marks its heartbeat API (storage heartbeats, fail_stale_trials, the stale-trial retry callback) as
+# experimental and warns when heartbeats are used outside Study.optimize; sweeprl uses both on purpose, so these
+# warnings would only be noise at the top of every sweep log.
+warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning,
+                        message=r".*(heartbeat|fail_stale_trials|RetryHeartbeatStaleTrialCallback).*")  # fmt: skip
+warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used with Study.optimize")
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 
@@ -41,7 +49,7 @@ def make_storage(url: str, heartbeat_interval: Optional[int] = None, grace_perio
         kwargs = {
             "heartbeat_interval": heartbeat_interval,
             "grace_period": grace_period,
-            "failed_trial_callback": optuna.storages.RetryFailedTrialCallback(max_retry=max(1, max_retry)),
+            "heartbeat_stale_trial_callback": optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=max(1, max_retry)),
         }
     # Several drivers starting at once race to create the schema; the losers retry.
     for attempt in range(5):

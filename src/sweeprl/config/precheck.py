@@ -128,21 +128,27 @@ def _chain(exc: BaseException):
         exc = exc.__cause__ or exc.__context__
 
 
-def precheck(argv: List[str]) -> Optional[str]:
-    """None when the command line composes and validates; else the message to print."""
+def check(argv: List[str]) -> Tuple[Optional[str], Optional[DictConfig]]:
+    """(problem, cfg): the message to print when the command line does not compose or validate, else the
+    composed task config (None when the pre-pass does not apply, e.g. ``--help``)."""
     overrides, skip = split_argv(argv)
     if skip:
-        return None
+        return None, None
     try:
         kept = task_overrides(overrides)
     except MalformedOverride as exc:
-        return str(exc)
+        return str(exc), None
     try:
         cfg = _compose(kept)
     except (HydraException, OmegaConfBaseException, ValueError) as exc:
-        return explain(exc, kept)
+        return explain(exc, kept), None
     try:
         validate(cfg)
     except ConfigValidationError as exc:
-        return str(exc)
-    return None
+        return str(exc), None
+    return None, cfg
+
+
+def precheck(argv: List[str]) -> Optional[str]:
+    """None when the command line composes and validates; else the message to print."""
+    return check(argv)[0]

@@ -198,6 +198,8 @@ class TrackingConfig:
     experiment_name: Optional[str] = f(None, "MLflow experiment; None = the study name (sweeps) or the experiment name.")
     log_params: bool = f(True, "Log every resolved config value as a run param.")
     log_config_artifact: bool = f(True, "Log the resolved config YAML as an artifact.")
+    fallback_local: bool = f(False, "When uri cannot be reached at start: warn and log to the local store "
+                                    "sqlite:///<launch dir>/mlflow.db instead of refusing to run.")
 
 
 # ------------------------------------------------------------------------------------------- runtime
