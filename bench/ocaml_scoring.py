@@ -23,10 +23,10 @@ from benchmarks_md import update_row  # noqa: E402
 MARK = "(* END *)"
 
 
-def completions():
+def completions(limit: int = 0):
     from sweeprl.ocaml_data import shipped_problems
 
-    problems = shipped_problems()
+    problems = shipped_problems()[: limit or None]
     jobs = []
     for i, p in enumerate(problems):
         ref = p["reference_solution"].rstrip("\n") + "\n"
@@ -51,11 +51,12 @@ def rate(scorer, jobs) -> tuple[float, list]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--problems", type=int, default=0, help="use only the first N shipped problems (0 = all)")
     ap.add_argument("--write", action="store_true")
     args = ap.parse_args()
     from sweeprl.rewards.ocaml import OCamlScorer
 
-    jobs = completions()
+    jobs = completions(args.problems)
     cores = os.cpu_count() or 1
     seq, par = OCamlScorer(workers=1), OCamlScorer(workers=cores)
     seq_rates, par_rates = [], []

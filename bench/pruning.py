@@ -40,12 +40,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--trials", type=int, default=16)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--steps", type=int, default=0, help="algo.max_steps of every trial (0 = the quickstart's 80)")
+    ap.add_argument("--id", default="pruning_steps", help="BENCHMARKS.md row to write")
     ap.add_argument("--write", action="store_true")
     ap.add_argument("extra", nargs="*", help="extra Hydra overrides for the pruned sweep (e.g. hydra.sweeper.pruner.n_startup_trials=3)")
     args = ap.parse_args()
+    both = [f"algo.max_steps={args.steps}"] if args.steps else []
     with tempfile.TemporaryDirectory() as a, tempfile.TemporaryDirectory() as b:
-        base = sweep(Path(a), args.trials, "none", args.seed, [])
-        pruned = sweep(Path(b), args.trials, "median", args.seed, args.extra)
+        base = sweep(Path(a), args.trials, "none", args.seed, both)
+        pruned = sweep(Path(b), args.trials, "median", args.seed, both + args.extra)
     saved = 1 - pruned["steps"] / base["steps"]
     gap = (base["best"] - pruned["best"]) / abs(base["best"]) if base["best"] else 0.0
     print(f"no pruner: {base['steps']} steps, {base['wall']:.0f} s, best {base['best']:.4f}")
@@ -53,7 +56,7 @@ def main() -> None:
     print(f"steps saved {saved:.1%}; wall time ratio {pruned['wall'] / base['wall']:.2f}; best objective gap {gap:+.1%} (positive = pruned sweep worse)")
     if args.write:
         settings = " ".join(args.extra) or "defaults"
-        update_row("pruning_steps", f"training steps of a {args.trials}-trial TPE quickstart sweep with the median pruner ({settings})",
+        update_row(args.id, f"training steps of a {args.trials}-trial TPE quickstart sweep with the median pruner ({settings})",
                    f"same sweep without pruner ({base['steps']} steps, best {base['best']:.3f})",
                    f"{pruned['steps'] / base['steps']:.2f} ({saved:.0%} saved; best {pruned['best']:.3f}, gap {gap:+.1%})")  # fmt: skip
         print("BENCHMARKS.md updated")

@@ -5,7 +5,7 @@ unequal (``+fault.sleep_per_step`` on every other pair of trials). ``slot_refill
 moment it frees; ``slot_refill=batch`` waits for the whole round like Hydra's stock launchers. Occupancy =
 trial-seconds / (slots x sweep span), from each trial's start/end time.
 
-    .venv/bin/python bench/slots.py --trials 8 --write
+    .venv/bin/python bench/slots.py --trials 16 --write
 """
 
 from __future__ import annotations
@@ -20,14 +20,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchmarks_md import update_row  # noqa: E402
 
 
-def sweep(cwd: Path, trials: int, refill: str, slots: int) -> float:
+def sweep(cwd: Path, trials: int, refill: str, slots: int, steps: int) -> float:
     import optuna
 
     slow = [i for i in range(trials) if i % 4 in (0, 3)]
     subprocess.run(
         [sys.executable, "-m", "sweeprl", "-m", "experiment=quickstart", "sweep=lr", f"hydra.sweeper.n_trials={trials}",
          "hydra.sweeper.sampler.seed=0", f"hydra.sweeper.slots={slots}", f"hydra.sweeper.slot_refill={refill}",
-         "hydra/sweeper/pruner=none", "hydra.sweeper.report=false", "tracking.enabled=false", "algo.max_steps=20",
+         "hydra/sweeper/pruner=none", "hydra.sweeper.report=false", "tracking.enabled=false", f"algo.max_steps={steps}",
          "+fault.sleep_per_step=0.6", f"+fault.only_trials={slow}"],
         cwd=cwd, check=True, capture_output=True, timeout=3600,
     )  # fmt: skip
@@ -40,13 +40,14 @@ def sweep(cwd: Path, trials: int, refill: str, slots: int) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--trials", type=int, default=8)
+    ap.add_argument("--trials", type=int, default=16)
     ap.add_argument("--slots", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=20, help="algo.max_steps of every trial")
     ap.add_argument("--write", action="store_true")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as a, tempfile.TemporaryDirectory() as b:
-        occ_async = sweep(Path(a), args.trials, "async", args.slots)
-        occ_batch = sweep(Path(b), args.trials, "batch", args.slots)
+        occ_async = sweep(Path(a), args.trials, "async", args.slots, args.steps)
+        occ_batch = sweep(Path(b), args.trials, "batch", args.slots, args.steps)
     print(f"slot occupancy with {args.slots} slots, {args.trials} trials of unequal length: async {occ_async:.1%}, batch {occ_batch:.1%}")
     if args.write:
         update_row("slot_occupancy", f"slot occupancy, {args.slots} process slots, {args.trials} quickstart trials of unequal length (async refill)",
