@@ -196,6 +196,8 @@ class SweeprlSweeperConf:
     slot_refill: str = "async"
     # write report.html/report.md + plots into the sweep dir at the end (and log them to the parent run)
     report: bool = True
+    # terminal display while the sweep runs: auto (live panel on a TTY, plain lines otherwise), live, plain, off
+    progress: str = "auto"
 
 
 def register() -> None:

@@ -70,6 +70,7 @@ class SweeprlSweeper(Sweeper):
         grace_period: Optional[int] = None,
         slot_refill: str = "async",
         report: bool = True,
+        progress: str = "auto",
     ) -> None:
         self.sampler_cfg = sampler
         self.pruner_cfg = pruner
@@ -94,6 +95,12 @@ class SweeprlSweeper(Sweeper):
             raise SearchSpaceError(f"hydra.sweeper.slot_refill={slot_refill!r}; allowed: async, batch")
         self.slot_refill = slot_refill
         self.report = bool(report)
+        from sweeprl.progress import MODES
+
+        if progress not in MODES:
+            raise SearchSpaceError(f"hydra.sweeper.progress={progress!r}; allowed: {', '.join(MODES)}")
+        self.progress_mode = progress
+        self.progress = None
         self._tracebacks: Dict[int, str] = {}
         self._mine: List[optuna.Trial] = []  # trials this driver asked
         self.config: Optional[DictConfig] = None
@@ -119,6 +126,11 @@ class SweeprlSweeper(Sweeper):
             raise SearchSpaceError(f"hydra.sweeper.max_failure_rate={self.max_failure_rate} is invalid; allowed: a float in [0, 1]")
         if not self.study_name:
             raise SearchSpaceError("hydra.sweeper.study_name is not set; allowed: any name (sweep presets set ${name}-<sweep>)")
+        from hydra_plugins.sweeprl_sweeper.launchers import check_launcher
+
+        problem = check_launcher(self.config, self.slots, self.trial_timeout, self.process) if self.config is not None else None
+        if problem:  # process slots bypass hydra/launcher: refuse rather than silently run locally
+            raise SearchSpaceError(problem)
 
     def _check_space(self, space: SearchSpace) -> None:
         assert self.config is not None
@@ -252,11 +264,13 @@ class SweeprlSweeper(Sweeper):
         started = time.monotonic()
         ctx = (space, passthrough, parent_run, custom)
         status = "FINISHED"
+        self.progress = self._make_progress(study)
         try:
-            if self._use_processes():
-                self._sweep_processes(study, ctx, tracker)
-            else:
-                self._sweep_in_process(study, ctx, tracker)
+            with self.progress:
+                if self._use_processes():
+                    self._sweep_processes(study, ctx, tracker)
+                else:
+                    self._sweep_in_process(study, ctx, tracker)
         except SweepAborted:
             self._finish(study, tracker, parent_run, tracking_uri, started, status="FAILED")
             raise
@@ -268,6 +282,25 @@ class SweeprlSweeper(Sweeper):
             self._finish(study, tracker, parent_run, tracking_uri, started, status=status)
             raise
         return self._finish(study, tracker, parent_run, tracking_uri, started, status=status)
+
+    def _make_progress(self, study: optuna.Study):
+        from sweeprl.console import console
+        from sweeprl.progress import SweepProgress, best_of
+        from sweeprl.study import finished_count
+
+        assert self.config is not None
+        progress = SweepProgress(
+            str(self.study_name), self.n_trials, max_steps=OmegaConf.select(self.config, "algo.max_steps", default=None),
+            parallel=self.slots if self._use_processes() else self.n_jobs, mode=self.progress_mode, console=console,
+            maximize=self.directions[0] == "maximize",
+        )  # fmt: skip
+        best = best_of(study, self.directions[0] == "maximize", _param_text) if len(self.directions) == 1 else None
+        progress.resume_from(finished_count(study), best)
+        return progress
+
+    def _progress_event(self, trial: optuna.Trial, state: str, value: Optional[float] = None) -> None:
+        if self.progress is not None and self.progress.mode != "off":
+            self.progress.trial_finished(trial.number, state, value, _param_text(trial.params))
 
     # ------------------------------------------------------------------------------------ scheduling
     def _use_processes(self) -> bool:
@@ -348,13 +381,25 @@ class SweeprlSweeper(Sweeper):
             seeds: List[Optional[int]] = list(self.seeds) or [None]
             batch = [self._overrides(t, space, passthrough, parent_run, custom) + self._seed_overrides(seed)
                      for t in trials for seed in seeds]  # fmt: skip
+            for t in trials:
+                self.progress.trial_started(t.number, _param_text(t.params), Path(self.sweep_dir) / f"trial_{t.number}")
             with _Heartbeat(study, trials, self.heartbeat_interval):
-                returns = list(self.launcher.launch(batch, initial_job_idx=trials[0].number))
+                try:
+                    returns = list(self.launcher.launch(batch, initial_job_idx=trials[0].number))
+                except Exception as exc:  # noqa: BLE001 - a job died without a result (SLURM timeout, killed worker)
+                    from hydra_plugins.sweeprl_sweeper.launchers import is_basic_launcher, recover_round
+
+                    if is_basic_launcher(self.config):
+                        raise
+                    returns = recover_round(self.sweep_dir, [(t.number, s) for t in trials for s in seeds], exc, self.grace_period)
+            oks = []  # tell every trial of the round before an abort, so none is left RUNNING
             for i, trial in enumerate(trials):
                 ok = self._tell(study, trial, returns[i * len(seeds) : (i + 1) * len(seeds)])
                 if not ok:
                     self._record_failure_details(trial, tracker)
                     self._retry(study, trial)
+                oks.append(ok)
+            for ok in oks:
                 self._check_failures(ok)
 
     def _sweep_processes(self, study: optuna.Study, ctx, tracker) -> None:
@@ -402,6 +447,7 @@ class SweeprlSweeper(Sweeper):
                         break
                     overrides = self._overrides(trial, space, [], parent_run, custom)
                     pool.start(trial, overrides, Path(self.sweep_dir) / f"trial_{trial.number}", slot)
+                    self.progress.trial_started(trial.number, _param_text(trial.params), Path(self.sweep_dir) / f"trial_{trial.number}")
                     log.info("[trial %d] started in slot %d", trial.number, slot)
                 if not pool.running:
                     if finished_count(study) >= self.n_trials:
@@ -422,7 +468,7 @@ class SweeprlSweeper(Sweeper):
 
         run = outcome.running
         trial = run.trial
-        params = " ".join(f"{k}={format_value(v)}" for k, v in trial.params.items())
+        params = _param_text(trial.params)
         trial.set_user_attr("trial_dir", str(run.trial_dir))
         trial.set_user_attr("seconds", round(outcome.seconds, 2))
         trial.set_user_attr("ended_at", time.time())
@@ -438,6 +484,7 @@ class SweeprlSweeper(Sweeper):
             trial.set_user_attr("prune_reason", reason[:2000])
             study.tell(trial, state=TrialState.PRUNED)
             log.info("[trial %d] PRUNED %s (%s)", trial.number, reason, params)
+            self._progress_event(trial, "PRUNED")
             return True
         if outcome.returncode == 0 and data.get("values"):
             from sweeprl.study import is_finite_values
@@ -446,6 +493,7 @@ class SweeprlSweeper(Sweeper):
             if len(values) == len(self.directions) and is_finite_values(values):
                 study.tell(trial, values if len(values) > 1 else values[0])
                 log.info("[trial %d] COMPLETE objective=%s %s (%.0f s)", trial.number, ", ".join(f"{v:.4g}" for v in values), params, outcome.seconds)
+                self._progress_event(trial, "COMPLETE", values[0])
                 return True
             reason = f"objective is not a finite number: {data['values']!r}"
         else:
@@ -510,7 +558,7 @@ class SweeprlSweeper(Sweeper):
         from sweeprl.stability import across_runs
         from sweeprl.study import is_finite_values
 
-        params = " ".join(f"{k}={format_value(v)}" for k, v in trial.params.items())
+        params = _param_text(trial.params)
         dirs = [d for d in (_output_dir(r) for r in rets) if d]
         if dirs:
             trial.set_user_attr("trial_dir", dirs[0] if len(dirs) == 1 else dirs)
@@ -530,6 +578,7 @@ class SweeprlSweeper(Sweeper):
             trial.set_user_attr("prune_reason", reason[:2000])
             study.tell(trial, state=TrialState.PRUNED)
             log.info("[trial %d] PRUNED %s (%s)", trial.number, reason, params)
+            self._progress_event(trial, "PRUNED")
             return True
         per_run = []
         for r in rets:
@@ -552,6 +601,7 @@ class SweeprlSweeper(Sweeper):
             trial.set_user_attr("across_seeds", stats)
         study.tell(trial, values if len(values) > 1 else values[0])
         log.info("[trial %d] COMPLETE objective=%s %s", trial.number, ", ".join(f"{v:.4g}" for v in values), params)
+        self._progress_event(trial, "COMPLETE", values[0])
         return True
 
     def _record_files(self, trial: optuna.Trial, dirs: Sequence[str]) -> None:
@@ -586,6 +636,7 @@ class SweeprlSweeper(Sweeper):
         trial.set_user_attr("fail_reason", reason[:2000])
         study.tell(trial, state=TrialState.FAIL)
         log.warning("[trial %d] FAIL %s (%s)", trial.number, reason.splitlines()[0][:300] if reason else "", params)
+        self._progress_event(trial, "FAIL")
         return False
 
     def _finish(self, study: optuna.Study, tracker, parent_run, tracking_uri, started: float, status: str) -> Dict[str, Any]:
@@ -627,6 +678,10 @@ class SweeprlSweeper(Sweeper):
         for line in lines:
             console.print(line, soft_wrap=True)
         return results
+
+
+def _param_text(params: Dict[str, Any]) -> str:
+    return " ".join(f"{k}={format_value(v)}" for k, v in params.items())
 
 
 def _instantiate_optuna(what: str, node: Any, extra: Dict[str, Any]) -> Any:

@@ -1,0 +1,108 @@
+"""The sweeper with Hydra launchers other than the basic one (submitit SLURM/local, Ray, joblib).
+
+With ``slots=1`` and no ``trial_timeout`` the sweeper hands each round of ``n_jobs`` trials to the configured
+launcher and tells the study what the launcher returns. Two things differ from the in-process basic launcher:
+
+- process slots (``slots>1``, ``trial_timeout``, ``process=true``) are local processes of the driver and bypass
+  the launcher, so together with another launcher they are refused (:func:`check_launcher`);
+- a job that dies without returning (SLURM timeout or preemption, a SIGKILLed worker, a lost Ray node) makes
+  the launcher raise for the whole round (submitit's ``UncompletedJobError``, Ray's ``WorkerCrashedError``), so
+  the results of the round's other jobs would be lost. :func:`recover_round` rebuilds one result per job from
+  the files each trial writes (``objective.json`` in its trial dir): finished trials are COMPLETE or PRUNED as
+  usual, the lost ones FAIL with the launcher's error as reason.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any, List, Optional, Sequence
+
+import optuna
+from hydra.core.utils import JobReturn, JobStatus
+from omegaconf import DictConfig, OmegaConf
+
+log = logging.getLogger(__name__)
+
+BASIC_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
+
+
+class LostJob(RuntimeError):
+    """The launcher could not collect this trial's job (killed, timed out, preempted, or never started)."""
+
+
+def launcher_name(config: DictConfig) -> str:
+    """The ``hydra/launcher`` choice (``basic``, ``submitit_slurm``, ``ray``, …), or the launcher's class."""
+    choices = OmegaConf.select(config, "hydra.runtime.choices", default=None)
+    name = choices.get("hydra/launcher") if choices is not None else None
+    return str(name or OmegaConf.select(config, "hydra.launcher._target_", default="basic"))
+
+
+def is_basic_launcher(config: DictConfig) -> bool:
+    target = OmegaConf.select(config, "hydra.launcher._target_", default=None)
+    return target in (None, BASIC_LAUNCHER)
+
+
+def check_launcher(config: DictConfig, slots: int, trial_timeout: Optional[float], process: Optional[bool]) -> Optional[str]:
+    """A problem message when process slots are combined with a launcher other than the basic one, else None."""
+    if is_basic_launcher(config):
+        return None
+    used = [s for s, on in (("slots=%d" % slots, slots > 1), ("trial_timeout=%g" % (trial_timeout or 0), trial_timeout),
+                            ("process=true", process)) if on]  # fmt: skip
+    if not used:
+        return None
+    name = launcher_name(config)
+    return (
+        f"hydra.sweeper.{', hydra.sweeper.'.join(used)} runs trials as local processes of the sweep driver, which "
+        f"would bypass hydra/launcher={name}; with a launcher use hydra.sweeper.n_jobs (trials per round) and the "
+        f"launcher's own limits (e.g. hydra.launcher.timeout_min for submitit), or drop hydra/launcher for local slots"
+    )
+
+
+def recover_round(sweep_dir: str, jobs: Sequence[tuple], error: BaseException, settle_seconds: float,
+                  poll: float = 1.0) -> List[JobReturn]:  # fmt: skip
+    """One JobReturn per job of a round whose ``launcher.launch`` raised, from the trial dirs.
+
+    ``jobs`` is ``[(trial_number, seed or None), ...]`` in launch order. Jobs of the round may still be running
+    (submitit collects results in order and raises at the first lost job), so this waits until every job has
+    written ``objective.json`` or its trial dir has been quiet (no file changed) for ``settle_seconds``.
+    """
+    first = str(error).strip().splitlines()
+    reason = f"the launcher lost this job: {type(error).__name__}: {' | '.join(first[:3])[:1500] if first else ''}"
+    dirs = [Path(sweep_dir).absolute() / (f"trial_{n}" + (f"_seed{s}" if s is not None else "")) for n, s in jobs]
+    since = time.time()
+    while True:
+        pending = [d for d in dirs if not (d / "objective.json").is_file() and _last_change(d, since) > time.time() - settle_seconds]
+        if not pending:
+            break
+        time.sleep(poll)
+    log.warning("launcher error in a round of %d job(s): %s; results recovered from the trial dirs", len(jobs), reason)
+    return [_from_dir(d, reason, error) for d in dirs]
+
+
+def _last_change(d: Path, floor: float) -> float:
+    try:
+        return max([floor, d.stat().st_mtime, *(f.stat().st_mtime for f in d.iterdir() if f.is_file())])
+    except OSError:
+        return floor
+
+
+def _from_dir(d: Path, reason: str, error: BaseException) -> JobReturn:
+    ret = JobReturn()
+    ret.hydra_cfg = OmegaConf.create({"hydra": {"runtime": {"output_dir": str(d)}}}) if d.is_dir() else None
+    data: Any = None
+    try:
+        data = json.loads((d / "objective.json").read_text())
+    except (OSError, ValueError):
+        pass
+    if isinstance(data, dict) and data.get("pruned"):
+        ret.status, ret._return_value = JobStatus.FAILED, optuna.TrialPruned(str(data.get("prune_reason") or "pruned"))
+    elif isinstance(data, dict) and data.get("values"):
+        ret.status, ret._return_value = JobStatus.COMPLETED, list(data["values"])
+    else:
+        lost = LostJob(reason)
+        lost.__cause__ = error  # the launcher's traceback goes to the trial's last_50_lines.log
+        ret.status, ret._return_value = JobStatus.FAILED, lost
+    return ret
