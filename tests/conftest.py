@@ -15,6 +15,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# mlflow ui/server started by tests: no background job runners (they outlive the server and leave /dev/shm dirs)
+os.environ.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
 
 # Hydra's plugin scan (re-)executes every hydra_plugins module; run it once now, before the test modules
 # import plugin classes, so that the classes they hold are the ones the sweeper raises and returns.
