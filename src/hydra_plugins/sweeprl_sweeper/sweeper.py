@@ -254,7 +254,7 @@ class SweeprlSweeper(Sweeper):
 
         from sweeprl.study import finished_count
 
-        optuna.storages.fail_stale_trials(study)  # trials of a driver that died: FAIL, configs re-queued
+        self._fail_stale(study, tracker)  # trials of a driver that died: FAIL, configs re-queued
         log.info(
             "study '%s' (%s): %d/%d trials finished; search space: %s",
             self.study_name, self.storage_url, finished_count(study), self.n_trials,
@@ -327,6 +327,21 @@ class SweeprlSweeper(Sweeper):
             return None
         return trial
 
+    def _fail_stale(self, study: optuna.Study, tracker) -> None:
+        """RUNNING trials whose heartbeat is older than grace_period (their driver died) become FAIL and their
+        configs are re-queued (the storage's retry callback); their MLflow runs are ended FAILED with the reason,
+        so MLflow never shows COMPLETE for a trial the study does not count (the driver may have died after the
+        trial logged its result but before it told the study)."""
+        running = {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
+        if not running:
+            return
+        optuna.storages.fail_stale_trials(study)
+        for trial in study.get_trials(deepcopy=False, states=(TrialState.FAIL,)):
+            if trial.number in running:
+                reason = f"its driver died (no heartbeat for {self.grace_period} s); the config was re-queued"
+                log.warning("[trial %d] FAIL %s", trial.number, reason)
+                self._record_failure_details(trial, tracker, reason=reason)
+
     def _fail_unfinished(self, study: optuna.Study, reason: str) -> None:
         """Mark every trial this driver asked and did not finish as FAIL, so the storage stays consistent.
         Uses a fresh storage connection: the interrupt may have hit the old one mid-transaction."""
@@ -366,7 +381,7 @@ class SweeprlSweeper(Sweeper):
 
         space, passthrough, parent_run, custom = ctx
         while finished_count(study) < self.n_trials:
-            optuna.storages.fail_stale_trials(study)
+            self._fail_stale(study, tracker)
             trials = []
             for _ in range(self.n_jobs):
                 t = self._ask(study, space)
@@ -436,7 +451,7 @@ class SweeprlSweeper(Sweeper):
                 if now - last_beat >= self.heartbeat_interval:
                     for run in pool.running.values():
                         study._storage.record_heartbeat(run.trial._trial_id) if hasattr(study._storage, "record_heartbeat") else None
-                    optuna.storages.fail_stale_trials(study)
+                    self._fail_stale(study, tracker)
                     last_beat = now
                 free = pool.free_slots()
                 if self.slot_refill == "batch" and pool.running:
@@ -512,16 +527,16 @@ class SweeprlSweeper(Sweeper):
         log_file = log_file or trial_dir / "trial.log"
         text = "\n".join(t for t in (tail(log_file), self._tracebacks.pop(trial.number, "")) if t)
         text = "\n".join(text.splitlines()[-50:])
-        if not text:
-            return
-        trial_dir.mkdir(parents=True, exist_ok=True)
-        (trial_dir / "last_50_lines.log").write_text(text + "\n")
+        if text:
+            trial_dir.mkdir(parents=True, exist_ok=True)
+            (trial_dir / "last_50_lines.log").write_text(text + "\n")
         if tracker is None:
             return
         exp = tracker.experiment_id(self._experiment_name())
         run_id = tracker.find_run(exp, {TAG_STUDY: str(self.study_name), TAG_TRIAL: str(trial.number)}) if exp else None
         if run_id:
-            tracker.log_artifact(run_id, str(trial_dir / "last_50_lines.log"))
+            if text:
+                tracker.log_artifact(run_id, str(trial_dir / "last_50_lines.log"))
             tags = {TAG_STATE: "FAIL"}
             if reason:
                 tags["sweeprl.fail_reason"] = reason[:5000]
