@@ -217,6 +217,7 @@ def test_every_readme_command_runs(tmp_path, model_cache):
     done: Dict[int, str] = {}
     try:
         for cmd in commands:
+            t0 = time.monotonic()
             text = cmd.text
             if text.startswith("bash scripts/setup.sh"):
                 setup, _, rest = text.partition(" && ")
@@ -227,7 +228,7 @@ def test_every_readme_command_runs(tmp_path, model_cache):
                 text = rest
             if text.startswith(SERVERS):
                 scratch.serve(text)
-                done[cmd.line] = "served"
+                done[cmd.line] = f"served in {time.monotonic() - t0:.0f} s"
                 continue
             proc = scratch.run(scratch.substitute(text))
             out = proc.stdout + proc.stderr
@@ -236,13 +237,15 @@ def test_every_readme_command_runs(tmp_path, model_cache):
                     assert line in out, f"README line {cmd.line}: {cmd.text}\nexpected: {line}\ngot:\n{out[-3000:]}"
             else:
                 assert proc.returncode == 0, f"README line {cmd.line}: {cmd.text}\n{out[-4000:]}"
-            done[cmd.line] = f"exit {proc.returncode}"
+            done[cmd.line] = f"exit {proc.returncode} in {time.monotonic() - t0:.0f} s"
     finally:
         for stop in reversed(scratch.cleanup):
             try:
                 stop()
             except Exception:  # noqa: BLE001 - best-effort cleanup
                 pass
+    for cmd in commands:  # shown with -rA / on failure; the slowest lines say where the doc-test's time goes
+        print(f"README:{cmd.line}: {done.get(cmd.line, 'not run')}: {cmd.text[:100]}")
     assert len(done) == len(commands)
     # the sweeps really ran: the quickstart study was continued to 3 trials by the "continue" example
     import optuna
