@@ -58,7 +58,8 @@ def main() -> None:
         settings = " ".join(args.extra) or "defaults"
         update_row(args.id, f"training steps of a {args.trials}-trial TPE quickstart sweep with the median pruner ({settings})",
                    f"same sweep without pruner ({base['steps']} steps, best {base['best']:.3f})",
-                   f"{pruned['steps'] / base['steps']:.2f} ({saved:.0%} saved; best {pruned['best']:.3f}, gap {gap:+.1%})")  # fmt: skip
+                   f"{pruned['steps'] / base['steps']:.2f} ({saved:.1%} saved; {pruned['pruned']} of {pruned['trials']} pruned; "
+                   f"best {pruned['best']:.3f}, gap {gap:+.1%}; wall {pruned['wall'] / base['wall']:.2f}x)")  # fmt: skip
         print("BENCHMARKS.md updated")
 
 
