@@ -53,6 +53,9 @@ def test_live_panel_shows_counts_best_and_each_running_trial(tmp_path):
     assert re.search(r"3\s+4/8\s+0\.25\s+0\.02\s+\d+s\s+algo\.learning_rate=0\.002", row3), row3
     row4 = next(line for line in out.splitlines() if line.strip().startswith("4 "))
     assert re.search(r"4\s+-\s+-\s+-", row4), row4
+    write_metrics(tmp_path / "trial_4_seed1", [{"step": 2, "reward": 0.5}])  # multi-seed trial dirs
+    row4 = next(line for line in text_of(p.render()).splitlines() if line.strip().startswith("4 "))
+    assert re.search(r"4\s+2/8\s+0\.5\s+-", row4), row4
     p.trial_finished(3, "COMPLETE", 0.7)
     p.trial_finished(4, "PRUNED")
     out = text_of(p.render())

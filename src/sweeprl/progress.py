@@ -156,7 +156,8 @@ class SweepProgress:
             table.add_column(col, justify=justify, no_wrap=col != "params")
         now = time.monotonic()
         for run in running:
-            record = last_metrics(run.trial_dir / "metrics.jsonl") or {}
+            seeds = sorted(run.trial_dir.parent.glob(f"{run.trial_dir.name}_seed*/metrics.jsonl"))  # multi-seed trials
+            record = last_metrics(run.trial_dir / "metrics.jsonl") or (last_metrics(seeds[-1]) if seeds else None) or {}
             step = record.get("step")
             step_txt = "-" if step is None else (f"{int(step)}/{self.max_steps}" if self.max_steps else str(int(step)))
             reward = record.get("reward", record.get("objective/scores"))
