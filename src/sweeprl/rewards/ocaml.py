@@ -150,17 +150,22 @@ else
 fi
 # In our own PID namespace (bubblewrap) PIDs are allocated one after another, so the PIDs a test run used
 # tell whether the tested code started processes (Sys.command, fork): such a run fails and its processes die.
-lastpid() { cat /proc/sys/kernel/ns_last_pid 2>/dev/null || echo 0; }
+# The PID is read with a shell builtin (no fork: a fork bomb may have used up the process limit), and a failed
+# read counts as "spawned" (fail closed).
+lastpid() { read -r LP < /proc/sys/kernel/ns_last_pid 2>/dev/null || LP=-1; }
 clean=0
-if [ -n "$SANDBOX_PIDNS" ]; then a=$(lastpid); r=$(timeout -s KILL $ttimeout true); b=$(lastpid); clean=$((b-a)); fi
+# the baseline has exactly the shape of a test run below (bash forks differently with a redirection)
+if [ -n "$SANDBOX_PIDNS" ]; then lastpid; a=$LP; r=$(timeout -s KILL $ttimeout true 2>/dev/null) || true; lastpid; b=$LP; clean=$((b-a)); fi
 run_tests() {  # $1 = binary, $2 = first test index, $3 = count
   j=0
   while [ $j -lt $3 ]; do
-    a=$(lastpid)
+    lastpid; a=$LP
     r=$(timeout -s KILL $ttimeout ocamlrun ./$1 $j 2>/dev/null) || true
-    b=$(lastpid)
+    lastpid; b=$LP
     [ -z "$r" ] && r=TIMEOUT_OR_CRASH
-    if [ -n "$SANDBOX_PIDNS" ] && [ $((b-a)) -gt $clean ]; then r=SPAWNED_PROCESSES; kill -9 -1 2>/dev/null; fi
+    if [ -n "$SANDBOX_PIDNS" ] && { [ $a -lt 0 ] || [ $b -lt 0 ] || [ $((b-a)) -gt $clean ]; }; then
+      r=SPAWNED_PROCESSES; kill -9 -1 2>/dev/null
+    fi
     echo "TEST $(($2+j)) $r"; j=$((j+1))
   done
 }
@@ -216,7 +221,7 @@ class OCamlScorer:
         files.update({f"test_{k}.ml": single_harness(t) for k, t in enumerate(tests)})
         wall = self.compile_seconds * 2 + len(items) * 2 + len(tests) * (self.test_timeout + 0.5) + 5
         limits = Limits(**{**asdict(self.base_limits), "wall_seconds": wall})
-        result = self.sandbox.run(["/bin/sh", "-c", SCRIPT, "score", str(len(tests)), str(self.test_timeout), str(len(items))],
+        result = self.sandbox.run(["/bin/bash", "-c", SCRIPT, "score", str(len(tests)), str(self.test_timeout), str(len(items))],
                                   files=files, limits=limits)  # fmt: skip
         self._parse(result.stdout, s)
         if result.timed_out:
