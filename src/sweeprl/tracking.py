@@ -51,10 +51,20 @@ def flatten(node: Mapping[str, Any], prefix: str = "") -> Dict[str, str]:
     return out
 
 
+# MLflow's HTTP client retries a refused connection 7 times with exponential backoff (about 2 minutes per call),
+# so a tracking-server outage would stall training for minutes at every metric flush. sweeprl's tracker already
+# tolerates failures (warn, skip for retry_after seconds, try again), so each call gives up after seconds
+# instead. Values the user sets in the environment win.
+FAIL_FAST_HTTP = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+                  "MLFLOW_HTTP_REQUEST_TIMEOUT": "30"}  # fmt: skip
+
+
 class SafeTracker:
     """MlflowClient calls that warn instead of raising."""
 
     def __init__(self, uri: str, retry_after: float = 30.0):
+        for key, value in FAIL_FAST_HTTP.items():
+            os.environ.setdefault(key, value)
         self.uri = uri
         self.retry_after = retry_after
         self._client = None
