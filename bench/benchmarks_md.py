@@ -30,3 +30,4 @@ def update_row(row_id: str, metric: str, anchor: str, ratio: str) -> None:
         cut = table_end.start() if table_end else len(rest)
         text = head + sep + rest[:cut] + row + rest[cut:]
     PATH.write_text(text)
+    print(f"BENCHMARKS.md: row {row_id} updated")

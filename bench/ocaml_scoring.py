@@ -75,7 +75,6 @@ def main() -> None:
     if args.write:
         update_row("ocaml_scoring", f"OCaml reward: completions scored/s, {cores} workers ({len(jobs)} mixed completions, {seq.sandbox.isolation})",
                    f"same scorer, 1 worker ({best_seq:.1f}/s)", f"{ratio:.2f}x ({best_par:.1f}/s)")  # fmt: skip
-        print("BENCHMARKS.md updated")
 
 
 if __name__ == "__main__":

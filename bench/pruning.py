@@ -60,7 +60,6 @@ def main() -> None:
                    f"same sweep without pruner ({base['steps']} steps, best {base['best']:.3f})",
                    f"{pruned['steps'] / base['steps']:.2f} ({saved:.1%} saved; {pruned['pruned']} of {pruned['trials']} pruned; "
                    f"best {pruned['best']:.3f}, gap {gap:+.1%}; wall {pruned['wall'] / base['wall']:.2f}x)")  # fmt: skip
-        print("BENCHMARKS.md updated")
 
 
 if __name__ == "__main__":

@@ -52,7 +52,6 @@ def main() -> None:
     if args.write:
         update_row("slot_occupancy", f"slot occupancy, {args.slots} process slots, {args.trials} quickstart trials of unequal length (async refill)",
                    f"stock batch refill, same trials ({occ_batch:.1%})", f"{occ_async / occ_batch:.2f} ({occ_async:.1%})")  # fmt: skip
-        print("BENCHMARKS.md updated")
 
 
 if __name__ == "__main__":

@@ -80,7 +80,6 @@ def main() -> None:
                    f"bare TRL GRPO script, same settings ({bare_sps:.2f} steps/s)", f"{ratio:.3f} ({sw_sps:.2f} steps/s)")  # fmt: skip
         update_row("trial_wall", "sweeprl single-run process wall time (imports, model, MLflow, training)",
                    f"bare TRL script process wall time ({bare_wall:.1f} s)", f"{sw_wall / bare_wall:.3f} ({sw_wall:.1f} s)")  # fmt: skip
-        print("BENCHMARKS.md updated")
 
 
 if __name__ == "__main__":
