@@ -9,7 +9,9 @@ import re
 from pathlib import Path
 
 PATH = Path(__file__).resolve().parents[1] / "BENCHMARKS.md"
-HEADER = "| id | metric | anchor (measured in the same run) | ratio (value) | date | machine |\n|---|---|---|---|---|---|\n"
+HEADER = (
+    "| id | metric | anchor (measured in the same run) | ratio (value) | date | machine |\n|---|---|---|---|---|---|\n"
+)
 
 
 def machine() -> str:

@@ -35,7 +35,7 @@ def completions(limit: int = 0):
         broken = "\n".join(lines[:2] + ["let = in"] + lines[2:]) + "\n"
         jobs += [
             (ref + MARK, p["tests"], False),
-            (ref + 'let broken_helper (x : int) : string = x + 1\n' + MARK, p["tests"], False),
+            (ref + "let broken_helper (x : int) : string = x + 1\n" + MARK, p["tests"], False),
             (broken + MARK, p["tests"], False),
             (other + MARK, p["tests"], False),
         ]
@@ -70,11 +70,18 @@ def main() -> None:
     mix = {"correct (1.0)": sum(s.reward == 1.0 for s in s_par), "other": sum(s.reward != 1.0 for s in s_par)}
     best_seq, best_par = max(seq_rates), max(par_rates)
     ratio = best_par / best_seq
-    print(f"\n{len(jobs)} completions ({mix}), isolation={seq.sandbox.isolation}: sequential {best_seq:.1f}/s, "
-          f"parallel {best_par:.1f}/s, speed-up {ratio:.2f}x on {cores} cores")  # fmt: skip
+    print(
+        f"\n{len(jobs)} completions ({mix}), isolation={seq.sandbox.isolation}: sequential {best_seq:.1f}/s, "
+        f"parallel {best_par:.1f}/s, speed-up {ratio:.2f}x on {cores} cores"
+    )
     if args.write:
-        update_row("ocaml_scoring", f"OCaml reward: completions scored/s, {cores} workers ({len(jobs)} mixed completions, {seq.sandbox.isolation})",
-                   f"same scorer, 1 worker ({best_seq:.1f}/s)", f"{ratio:.2f}x ({best_par:.1f}/s)")  # fmt: skip
+        update_row(
+            "ocaml_scoring",
+            f"OCaml reward: completions scored/s, {cores} workers ({len(jobs)} mixed completions, "
+            f"{seq.sandbox.isolation})",
+            f"same scorer, 1 worker ({best_seq:.1f}/s)",
+            f"{ratio:.2f}x ({best_par:.1f}/s)",
+        )
 
 
 if __name__ == "__main__":

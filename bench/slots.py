@@ -25,12 +25,29 @@ def sweep(cwd: Path, trials: int, refill: str, slots: int, steps: int) -> float:
 
     slow = [i for i in range(trials) if i % 4 in (0, 3)]
     subprocess.run(
-        [sys.executable, "-m", "sweeprl", "-m", "experiment=quickstart", "sweep=lr", f"hydra.sweeper.n_trials={trials}",
-         "hydra.sweeper.sampler.seed=0", f"hydra.sweeper.slots={slots}", f"hydra.sweeper.slot_refill={refill}",
-         "hydra/sweeper/pruner=none", "hydra.sweeper.report=false", "tracking.enabled=false", f"algo.max_steps={steps}",
-         "+fault.sleep_per_step=0.6", f"+fault.only_trials={slow}"],
-        cwd=cwd, check=True, capture_output=True, timeout=3600,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "sweeprl",
+            "-m",
+            "experiment=quickstart",
+            "sweep=lr",
+            f"hydra.sweeper.n_trials={trials}",
+            "hydra.sweeper.sampler.seed=0",
+            f"hydra.sweeper.slots={slots}",
+            f"hydra.sweeper.slot_refill={refill}",
+            "hydra/sweeper/pruner=none",
+            "hydra.sweeper.report=false",
+            "tracking.enabled=false",
+            f"algo.max_steps={steps}",
+            "+fault.sleep_per_step=0.6",
+            f"+fault.only_trials={slow}",
+        ],
+        cwd=cwd,
+        check=True,
+        capture_output=True,
+        timeout=3600,
+    )
     study = optuna.load_study(study_name="quickstart-lr", storage=f"sqlite:///{cwd}/multirun/quickstart-lr/optuna.db")
     spans = [(t.user_attrs["started_at"], t.user_attrs["ended_at"]) for t in study.trials]
     busy = sum(b - a for a, b in spans)
@@ -48,10 +65,18 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as a, tempfile.TemporaryDirectory() as b:
         occ_async = sweep(Path(a), args.trials, "async", args.slots, args.steps)
         occ_batch = sweep(Path(b), args.trials, "batch", args.slots, args.steps)
-    print(f"slot occupancy with {args.slots} slots, {args.trials} trials of unequal length: async {occ_async:.1%}, batch {occ_batch:.1%}")
+    print(
+        f"slot occupancy with {args.slots} slots, {args.trials} trials of unequal length: async {occ_async:.1%}, "
+        f"batch {occ_batch:.1%}"
+    )
     if args.write:
-        update_row("slot_occupancy", f"slot occupancy, {args.slots} process slots, {args.trials} quickstart trials of unequal length (async refill)",
-                   f"stock batch refill, same trials ({occ_batch:.1%})", f"{occ_async / occ_batch:.2f} ({occ_async:.1%})")  # fmt: skip
+        update_row(
+            "slot_occupancy",
+            f"slot occupancy, {args.slots} process slots, {args.trials} quickstart trials of unequal length (async "
+            "refill)",
+            f"stock batch refill, same trials ({occ_batch:.1%})",
+            f"{occ_async / occ_batch:.2f} ({occ_async:.1%})",
+        )
 
 
 if __name__ == "__main__":

@@ -28,10 +28,21 @@ def run_sweeprl(tmp: Path, steps: int, cache: Path) -> dict:
     out = tmp / f"sweeprl-{time.monotonic_ns()}"
     t0 = time.perf_counter()
     subprocess.run(
-        [sys.executable, "-m", "sweeprl", "experiment=quickstart", f"algo.max_steps={steps}", f"model.cache_dir={cache}",
-         f"hydra.run.dir={out}", f"tracking.uri=sqlite:///{tmp}/mlflow.db"],
-        cwd=tmp, check=True, capture_output=True, timeout=1200,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "sweeprl",
+            "experiment=quickstart",
+            f"algo.max_steps={steps}",
+            f"model.cache_dir={cache}",
+            f"hydra.run.dir={out}",
+            f"tracking.uri=sqlite:///{tmp}/mlflow.db",
+        ],
+        cwd=tmp,
+        check=True,
+        capture_output=True,
+        timeout=1200,
+    )
     wall = time.perf_counter() - t0
     summary = json.loads((out / "objective.json").read_text())["trainer_summary"]
     return {"train_runtime": summary["train_runtime"], "wall": wall}
@@ -39,8 +50,13 @@ def run_sweeprl(tmp: Path, steps: int, cache: Path) -> dict:
 
 def run_bare(tmp: Path, steps: int, model_dir: str) -> dict:
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, str(HERE / "bare_trl_grpo.py"), model_dir, str(steps), str(tmp / "bare")],
-                          check=True, capture_output=True, text=True, timeout=1200)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, str(HERE / "bare_trl_grpo.py"), model_dir, str(steps), str(tmp / "bare")],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     wall = time.perf_counter() - t0
     return {**json.loads(proc.stdout.strip().splitlines()[-1]), "wall": wall}
 
@@ -52,34 +68,50 @@ def main() -> None:
     ap.add_argument("--write", action="store_true", help="update BENCHMARKS.md")
     args = ap.parse_args()
 
-    from sweeprl.models.loading import model_path
     from omegaconf import OmegaConf
+
     from sweeprl.config.schema import ModelConfig
+    from sweeprl.models.loading import model_path
 
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         cache = tmp / "models"
-        mcfg = OmegaConf.merge(OmegaConf.structured(ModelConfig), {"name": "tiny", "source": "tiny", "cache_dir": str(cache)})
+        mcfg = OmegaConf.merge(
+            OmegaConf.structured(ModelConfig), {"name": "tiny", "source": "tiny", "cache_dir": str(cache)}
+        )
         model_dir = model_path(mcfg)
         sw, bare = [], []
         for i in range(args.repeats):
             sw.append(run_sweeprl(tmp, args.steps, cache))
             bare.append(run_bare(tmp, args.steps, model_dir))
-            print(f"repeat {i + 1}: sweeprl train {sw[-1]['train_runtime']:.2f}s (wall {sw[-1]['wall']:.1f}s) | "
-                  f"bare TRL train {bare[-1]['train_runtime']:.2f}s (wall {bare[-1]['wall']:.1f}s)", flush=True)  # fmt: skip
+            print(
+                f"repeat {i + 1}: sweeprl train {sw[-1]['train_runtime']:.2f}s (wall {sw[-1]['wall']:.1f}s) | "
+                f"bare TRL train {bare[-1]['train_runtime']:.2f}s (wall {bare[-1]['wall']:.1f}s)",
+                flush=True,
+            )
     sw_sps = args.steps / statistics.median(r["train_runtime"] for r in sw)
     bare_sps = args.steps / statistics.median(r["train_runtime"] for r in bare)
     sw_wall = statistics.median(r["wall"] for r in sw)
     bare_wall = statistics.median(r["wall"] for r in bare)
     ratio = sw_sps / bare_sps
-    print(f"\nsteps/s (median of {args.repeats}, {args.steps} updates): sweeprl {sw_sps:.2f}, bare TRL {bare_sps:.2f}, "
-          f"ratio {ratio:.3f}")  # fmt: skip
+    print(
+        f"\nsteps/s (median of {args.repeats}, {args.steps} updates): sweeprl {sw_sps:.2f}, bare TRL {bare_sps:.2f}, "
+        f"ratio {ratio:.3f}"
+    )
     print(f"process wall time: sweeprl {sw_wall:.1f}s, bare TRL {bare_wall:.1f}s, ratio {sw_wall / bare_wall:.3f}")
     if args.write:
-        update_row("trial_steps_per_s", f"sweeprl trial steps/s ({args.steps} updates, quickstart, MLflow on)",
-                   f"bare TRL GRPO script, same settings ({bare_sps:.2f} steps/s)", f"{ratio:.3f} ({sw_sps:.2f} steps/s)")  # fmt: skip
-        update_row("trial_wall", "sweeprl single-run process wall time (imports, model, MLflow, training)",
-                   f"bare TRL script process wall time ({bare_wall:.1f} s)", f"{sw_wall / bare_wall:.3f} ({sw_wall:.1f} s)")  # fmt: skip
+        update_row(
+            "trial_steps_per_s",
+            f"sweeprl trial steps/s ({args.steps} updates, quickstart, MLflow on)",
+            f"bare TRL GRPO script, same settings ({bare_sps:.2f} steps/s)",
+            f"{ratio:.3f} ({sw_sps:.2f} steps/s)",
+        )
+        update_row(
+            "trial_wall",
+            "sweeprl single-run process wall time (imports, model, MLflow, training)",
+            f"bare TRL script process wall time ({bare_wall:.1f} s)",
+            f"{sw_wall / bare_wall:.3f} ({sw_wall:.1f} s)",
+        )
 
 
 if __name__ == "__main__":

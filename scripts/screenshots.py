@@ -39,6 +39,7 @@ keys of the runs page) is that of mlflow 3.17.2, the version in constraints.txt;
 need other keys. Images are PNG, 1440 px wide (the intermediate-values crop is narrower), reduced with Pillow
 to a 256-colour palette (each well under 200 KB).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -73,8 +74,12 @@ CHROMIUM_ARGS = [
 ]
 # Keep MLflow (server and its UI) from phoning home, and its server from starting job consumers (huey
 # processes and a temp dir in /dev/shm that a UI for browsing runs does not need).
-QUIET_ENV = {"MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "true", "NO_PROXY": "127.0.0.1,localhost",
-             "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+QUIET_ENV = {
+    "MLFLOW_DISABLE_TELEMETRY": "true",
+    "DO_NOT_TRACK": "true",
+    "NO_PROXY": "127.0.0.1,localhost",
+    "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
+}
 
 
 def log(msg: str) -> None:
@@ -109,8 +114,15 @@ class Servers:
         log(f"start {name}: {' '.join(cmd)}")
         out = open(self.logdir / f"{name}.log", "wb")
         env = {**os.environ, **QUIET_ENV}
-        proc = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=env, start_new_session=True)
+        proc = subprocess.Popen(
+            cmd,
+            cwd=cwd,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+        )
         out.close()
         self.procs.append((name, proc))
         return proc
@@ -193,11 +205,18 @@ def study_summary(storage: str) -> dict:
     for t in trials:  # what the screenshots will show, for writing captions
         reason = t.user_attrs.get("prune_reason") or t.user_attrs.get("fail_reason") or ""
         steps = max(t.intermediate_values) if t.intermediate_values else None
-        log(f"  trial {t.number}: {t.state.name} value={t.value} params={t.params} last_report_step={steps} "
-            f"{reason[:120]}")
+        log(
+            f"  trial {t.number}: {t.state.name} value={t.value} params={t.params} last_report_step={steps} "
+            f"{reason[:120]}"
+        )
     best = study.best_trial
-    return {"trials": len(trials), "states": states, "best_number": best.number, "best_value": best.value,
-            "best_params": best.params}
+    return {
+        "trials": len(trials),
+        "states": states,
+        "best_number": best.number,
+        "best_value": best.value,
+        "best_params": best.params,
+    }
 
 
 # ------------------------------------------------------------------------------------------ pages
@@ -229,8 +248,13 @@ def settle(page, ms: int = 1500) -> None:
 
 
 def shoot_optuna(browser, base: str, n_trials: int, out: Path) -> list[Path]:
-    ctx = browser.new_context(viewport={"width": WIDTH, "height": 1240}, device_scale_factor=1,
-                              locale="en-US", timezone_id="UTC", color_scheme="light")
+    ctx = browser.new_context(
+        viewport={"width": WIDTH, "height": 1240},
+        device_scale_factor=1,
+        locale="en-US",
+        timezone_id="UTC",
+        color_scheme="light",
+    )
     loopback_only(ctx)
     page = ctx.new_page()
     studies = http_json(f"{base}/api/studies")["study_summaries"]
@@ -240,20 +264,31 @@ def shoot_optuna(browser, base: str, n_trials: int, out: Path) -> list[Path]:
     # 1. Study page: history (a point per trial), hyperparameter importance (computed server-side, arrives
     #    later), timeline.
     page.goto(f"{base}/dashboard/studies/{study_id}")
-    wait_ready(page, "optuna-dashboard",
-               "n => { const p = document.querySelector('.js-plotly-plot');"
-               " return p && p.querySelectorAll('.scatterlayer .point').length >= n; }", arg=n_trials)
-    wait_ready(page, "optuna-dashboard",
-               "() => [...document.querySelectorAll('.js-plotly-plot')].some(p => p.querySelector('.barlayer .point'))")
+    wait_ready(
+        page,
+        "optuna-dashboard",
+        "n => { const p = document.querySelector('.js-plotly-plot');"
+        " return p && p.querySelectorAll('.scatterlayer .point').length >= n; }",
+        arg=n_trials,
+    )
+    wait_ready(
+        page,
+        "optuna-dashboard",
+        "() => [...document.querySelectorAll('.js-plotly-plot')].some(p => p.querySelector('.barlayer .point'))",
+    )
     settle(page)
     shots.append(out / "optuna-dashboard.png")
     page.screenshot(path=str(shots[-1]))
 
     # 2. Further down the same page: the best trial and the intermediate values (the running objective each
     #    trial reported to the pruner, per training step), clipped to those two cards.
-    wait_ready(page, "optuna-intermediate",
-               "n => [...document.querySelectorAll('.MuiCard-root')].some(c => c.textContent.includes("
-               "'Intermediate values') && c.querySelectorAll('.scatterlayer .trace').length >= n)", arg=n_trials)
+    wait_ready(
+        page,
+        "optuna-intermediate",
+        "n => [...document.querySelectorAll('.MuiCard-root')].some(c => c.textContent.includes("
+        "'Intermediate values') && c.querySelectorAll('.scatterlayer .trace').length >= n)",
+        arg=n_trials,
+    )
     box = page.evaluate(
         """() => {
              const cards = [...document.querySelectorAll('.MuiCard-root')]
@@ -262,12 +297,17 @@ def shoot_optuna(browser, base: str, n_trials: int, out: Path) -> list[Path]:
              const x = Math.min(...r.map(b => b.left)), y = Math.min(...r.map(b => b.top)) + window.scrollY;
              const w = Math.max(...r.map(b => b.right)) - x, h = Math.max(...r.map(b => b.bottom)) + window.scrollY - y;
              return {n: cards.length, x, y, w, h};
-           }""")
+           }"""
+    )
     if box["n"] != 2:
         raise RuntimeError(f"optuna-dashboard: expected the 'Best Trial' and 'Intermediate values' cards, found {box}")
     pad = 8
-    clip = {"x": max(box["x"] - pad, 0), "y": max(box["y"] - pad, 0), "width": box["w"] + 2 * pad,
-            "height": box["h"] + 2 * pad}
+    clip = {
+        "x": max(box["x"] - pad, 0),
+        "y": max(box["y"] - pad, 0),
+        "width": box["w"] + 2 * pad,
+        "height": box["h"] + 2 * pad,
+    }
     settle(page, 500)
     shots.append(out / "optuna-intermediate.png")
     page.screenshot(path=str(shots[-1]), full_page=True, clip=clip)
@@ -278,28 +318,53 @@ def shoot_optuna(browser, base: str, n_trials: int, out: Path) -> list[Path]:
 def mlflow_ids(base: str) -> tuple[str, str, list[str]]:
     exp = http_json(f"{base}/api/2.0/mlflow/experiments/get-by-name?experiment_name={STUDY}")["experiment"]
     exp_id = exp["experiment_id"]
-    runs = http_json(f"{base}/api/2.0/mlflow/runs/search",
-                     {"experiment_ids": [exp_id], "max_results": 1000})["runs"]
+    runs = http_json(f"{base}/api/2.0/mlflow/runs/search", {"experiment_ids": [exp_id], "max_results": 1000})["runs"]
     parent = next(r for r in runs if r["info"]["run_name"].startswith("sweep-"))
-    children = [r["info"]["run_id"] for r in runs
-                if any(t["key"] == "mlflow.parentRunId" and t["value"] == parent["info"]["run_id"]
-                       for t in r["data"].get("tags", []))]
+    children = [
+        r["info"]["run_id"]
+        for r in runs
+        if any(
+            t["key"] == "mlflow.parentRunId" and t["value"] == parent["info"]["run_id"]
+            for t in r["data"].get("tags", [])
+        )
+    ]
     return exp_id, parent["info"]["run_id"], children
 
 
 def mlflow_ui_state(parent_id: str, **extra) -> dict:
     """The runs page's persisted UI state (mlflow 3.17.2), as the page itself stores it in localStorage."""
     state = {
-        "searchFilter": "", "orderByKey": "attributes.start_time", "orderByAsc": False, "startTime": "ALL",
-        "lifecycleFilter": "Active", "datasetsFilter": [], "modelVersionFilter": "All Runs",
+        "searchFilter": "",
+        "orderByKey": "attributes.start_time",
+        "orderByAsc": False,
+        "startTime": "ALL",
+        "lifecycleFilter": "Active",
+        "datasetsFilter": [],
+        "modelVersionFilter": "All Runs",
         "selectedColumns": [
-            "metrics.`objective`", "metrics.`reward`", "metrics.`kl`", "metrics.`entropy`",
-            "params.`algo.learning_rate`", "params.`algo.beta`", "tags.`sweeprl.state`",
+            "metrics.`objective`",
+            "metrics.`reward`",
+            "metrics.`kl`",
+            "metrics.`entropy`",
+            "params.`algo.learning_rate`",
+            "params.`algo.beta`",
+            "tags.`sweeprl.state`",
         ],
-        "columnOrder": [], "columnWidths": {}, "runsExpanded": {parent_id: True}, "runsPinned": [],
-        "runsHidden": [], "runsVisibilityMap": {}, "runsHiddenMode": "SHOW_ALL", "viewMaximized": False,
-        "runListHidden": False, "isAccordionReordered": False, "useGroupedValuesInCharts": True,
-        "hideEmptyCharts": True, "groupBy": None, "groupsExpanded": {}, "autoRefreshEnabled": False,
+        "columnOrder": [],
+        "columnWidths": {},
+        "runsExpanded": {parent_id: True},
+        "runsPinned": [],
+        "runsHidden": [],
+        "runsVisibilityMap": {},
+        "runsHiddenMode": "SHOW_ALL",
+        "viewMaximized": False,
+        "runListHidden": False,
+        "isAccordionReordered": False,
+        "useGroupedValuesInCharts": True,
+        "hideEmptyCharts": True,
+        "groupBy": None,
+        "groupsExpanded": {},
+        "autoRefreshEnabled": False,
         "globalLineChartConfig": {"xAxisKey": "step", "lineSmoothness": 0, "selectedXAxisMetricKey": ""},
     }
     state.update(extra)
@@ -307,8 +372,13 @@ def mlflow_ui_state(parent_id: str, **extra) -> dict:
 
 
 def mlflow_context(browser, height: int, exp_id: str, state: dict):
-    ctx = browser.new_context(viewport={"width": WIDTH, "height": height}, device_scale_factor=1,
-                              locale="en-US", timezone_id="UTC", color_scheme="light")
+    ctx = browser.new_context(
+        viewport={"width": WIDTH, "height": height},
+        device_scale_factor=1,
+        locale="en-US",
+        timezone_id="UTC",
+        color_scheme="light",
+    )
     loopback_only(ctx)
     storage = {
         f'MLflowLocalStorage-1.1-ExperimentPage-["{exp_id}"]-ReactComponentState': json.dumps(state),
@@ -319,7 +389,8 @@ def mlflow_context(browser, height: int, exp_id: str, state: dict):
     }
     ctx.add_init_script(
         "(() => { const s = %s; for (const [k, v] of Object.entries(s)) localStorage.setItem(k, v); })()"
-        % json.dumps(storage))
+        % json.dumps(storage)
+    )
     return ctx
 
 
@@ -340,15 +411,28 @@ def shoot_mlflow(browser, base: str, out: Path) -> list[Path]:
     #    The learning-rate column is widened so that values such as 3.2e-05 show their exponent, and the
     #    navigation sidebar is collapsed to make room for it.
     #    (MLflow applies columnWidths only together with a columnOrder.)
-    order = ["attributes.`Run Name`", "runDateAndNestInfo", "duration", "metrics.`objective`", "metrics.`reward`",
-             "metrics.`kl`", "metrics.`entropy`", "params.`algo.learning_rate`", "params.`algo.beta`",
-             "tags.`sweeprl.state`"]
+    order = [
+        "attributes.`Run Name`",
+        "runDateAndNestInfo",
+        "duration",
+        "metrics.`objective`",
+        "metrics.`reward`",
+        "metrics.`kl`",
+        "metrics.`entropy`",
+        "params.`algo.learning_rate`",
+        "params.`algo.beta`",
+        "tags.`sweeprl.state`",
+    ]
     widths = {"params.`algo.learning_rate`": 185, "params.`algo.beta`": 125}
     ctx = mlflow_context(browser, 900, exp_id, mlflow_ui_state(parent_id, columnOrder=order, columnWidths=widths))
     page = ctx.new_page()
     page.goto(runs_url)
-    wait_ready(page, "mlflow-ui", "n => document.querySelectorAll('.ag-center-cols-container [role=row]').length >= n",
-               arg=1 + len(children))
+    wait_ready(
+        page,
+        "mlflow-ui",
+        "n => document.querySelectorAll('.ag-center-cols-container [role=row]').length >= n",
+        arg=1 + len(children),
+    )
     collapse_sidebar(page)
     settle(page)
     shots.append(out / "mlflow-ui.png")
@@ -361,32 +445,83 @@ def shoot_mlflow(browser, base: str, out: Path) -> list[Path]:
     section = "sweeprl-curves"
 
     def card(n: int, kind: str, key: str) -> dict:
-        c = {"uuid": f"sweeprl-{n}", "type": kind, "runsCountToCompare": 100, "metricSectionId": section,
-             "deleted": False, "isGenerated": False, "displayName": key, "metricKey": key}
+        c = {
+            "uuid": f"sweeprl-{n}",
+            "type": kind,
+            "runsCountToCompare": 100,
+            "metricSectionId": section,
+            "deleted": False,
+            "isGenerated": False,
+            "displayName": key,
+            "metricKey": key,
+        }
         if kind == "LINE":
-            c.update({"lineSmoothness": 0, "xAxisScaleType": "linear", "scaleType": "linear", "range": {},
-                      "xAxisKey": "step", "selectedXAxisMetricKey": "", "yAxisKey": "metric",
-                      "yAxisExpressions": [], "ignoreOutliers": False, "selectedMetricKeys": [key],
-                      "useGlobalXaxisKey": True, "useGlobalLineSmoothing": True})
+            c.update(
+                {
+                    "lineSmoothness": 0,
+                    "xAxisScaleType": "linear",
+                    "scaleType": "linear",
+                    "range": {},
+                    "xAxisKey": "step",
+                    "selectedXAxisMetricKey": "",
+                    "yAxisKey": "metric",
+                    "yAxisExpressions": [],
+                    "ignoreOutliers": False,
+                    "selectedMetricKeys": [key],
+                    "useGlobalXaxisKey": True,
+                    "useGlobalLineSmoothing": True,
+                }
+            )
         return c
 
-    parallel = {"uuid": "sweeprl-3", "type": "PARALLEL", "runsCountToCompare": 100, "metricSectionId": section,
-                "deleted": False, "isGenerated": False, "selectedParams": ["algo.learning_rate", "algo.beta"],
-                "selectedMetrics": ["objective"], "showAllRuns": True}
+    parallel = {
+        "uuid": "sweeprl-3",
+        "type": "PARALLEL",
+        "runsCountToCompare": 100,
+        "metricSectionId": section,
+        "deleted": False,
+        "isGenerated": False,
+        "selectedParams": ["algo.learning_rate", "algo.beta"],
+        "selectedMetrics": ["objective"],
+        "showAllRuns": True,
+    }
     charts = [card(0, "LINE", "reward"), card(1, "LINE", "kl"), card(2, "LINE", "entropy"), parallel]
-    sections = [{"uuid": section, "name": "Training curves per trial", "display": True, "isReordered": False,
-                 "deleted": False, "isGenerated": False, "columns": 2, "cardHeight": 330}]
+    sections = [
+        {
+            "uuid": section,
+            "name": "Training curves per trial",
+            "display": True,
+            "isReordered": False,
+            "deleted": False,
+            "isGenerated": False,
+            "columns": 2,
+            "cardHeight": 330,
+        }
+    ]
     # isAccordionReordered keeps this section first: MLflow adds a generated chart for every other metric in
     # sections it would otherwise sort by name; with it they are appended below (out of the picture).
-    ctx = mlflow_context(browser, 1060, exp_id,
-                         mlflow_ui_state(parent_id, runsHidden=[parent_id], runsVisibilityMap={parent_id: False},
-                                         compareRunCharts=charts, compareRunSections=sections,
-                                         isAccordionReordered=True))
+    ctx = mlflow_context(
+        browser,
+        1060,
+        exp_id,
+        mlflow_ui_state(
+            parent_id,
+            runsHidden=[parent_id],
+            runsVisibilityMap={parent_id: False},
+            compareRunCharts=charts,
+            compareRunSections=sections,
+            isAccordionReordered=True,
+        ),
+    )
     page = ctx.new_page()
     page.goto(f"{base}/#/experiments/{exp_id}/runs?workflowType=machine_learning&compareRunsMode=CHART")
-    wait_ready(page, "mlflow-charts",
-               "n => [...document.querySelectorAll('.js-plotly-plot')].filter("
-               "p => p.querySelectorAll('.scatterlayer .trace').length >= n).length >= 3", arg=len(children) - 1)
+    wait_ready(
+        page,
+        "mlflow-charts",
+        "n => [...document.querySelectorAll('.js-plotly-plot')].filter("
+        "p => p.querySelectorAll('.scatterlayer .trace').length >= n).length >= 3",
+        arg=len(children) - 1,
+    )
     collapse_sidebar(page)
     settle(page, 2500)
     shots.append(out / "mlflow-charts.png")
@@ -441,15 +576,31 @@ def main(argv: list[str] | None = None) -> int:
             run_sweep(workdir, servers)
         optuna_db = workdir / "multirun" / STUDY / "optuna.db"
         summary = study_summary(f"sqlite:///{optuna_db}")
-        log(f"study {STUDY}: {summary['trials']} trials {summary['states']}, best #{summary['best_number']} "
-            f"objective {summary['best_value']:.4g} {summary['best_params']}")
+        log(
+            f"study {STUDY}: {summary['trials']} trials {summary['states']}, best #{summary['best_number']} "
+            f"objective {summary['best_value']:.4g} {summary['best_params']}"
+        )
 
         od_port, ml_port = free_port(), free_port()
-        od = servers.start("optuna-dashboard", [venv_tool("optuna-dashboard"), f"sqlite:///{optuna_db}",
-                                                "--host", "127.0.0.1", "--port", str(od_port)], workdir)
-        ml = servers.start("mlflow-ui", [venv_tool("mlflow"), "ui", "--backend-store-uri",
-                                         f"sqlite:///{workdir / 'mlflow.db'}", "--host", "127.0.0.1",
-                                         "--port", str(ml_port)], workdir)
+        od = servers.start(
+            "optuna-dashboard",
+            [venv_tool("optuna-dashboard"), f"sqlite:///{optuna_db}", "--host", "127.0.0.1", "--port", str(od_port)],
+            workdir,
+        )
+        ml = servers.start(
+            "mlflow-ui",
+            [
+                venv_tool("mlflow"),
+                "ui",
+                "--backend-store-uri",
+                f"sqlite:///{workdir / 'mlflow.db'}",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(ml_port),
+            ],
+            workdir,
+        )
         od_base, ml_base = f"http://127.0.0.1:{od_port}", f"http://127.0.0.1:{ml_port}"
         wait_http(f"{od_base}/api/studies", od, servers, "optuna-dashboard")
         log(f"optuna-dashboard answers at {od_base}")

@@ -35,11 +35,29 @@ def postgres_server() -> Iterator[str]:
         prefix = ["runuser", "-u", "postgres", "--"]
     port = free_port()
     try:
-        subprocess.run([*prefix, f"{bindir}/initdb", "-D", data, "-U", "sweeprl", "--auth=trust", "-E", "UTF8"],
-                       check=True, capture_output=True, timeout=120)  # fmt: skip
-        subprocess.run([*prefix, f"{bindir}/pg_ctl", "-D", data, "-l", os.path.join(root, "log"), "-w", "start", "-o",
-                        f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c max_connections=100"],
-                       check=True, capture_output=True, timeout=120)  # fmt: skip
+        subprocess.run(
+            [*prefix, f"{bindir}/initdb", "-D", data, "-U", "sweeprl", "--auth=trust", "-E", "UTF8"],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
+        subprocess.run(
+            [
+                *prefix,
+                f"{bindir}/pg_ctl",
+                "-D",
+                data,
+                "-l",
+                os.path.join(root, "log"),
+                "-w",
+                "start",
+                "-o",
+                f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c max_connections=100",
+            ],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             try:
@@ -49,7 +67,9 @@ def postgres_server() -> Iterator[str]:
                 time.sleep(0.2)
         yield f"postgresql+psycopg2://sweeprl@127.0.0.1:{port}"
     finally:
-        subprocess.run([*prefix, f"{bindir}/pg_ctl", "-D", data, "-m", "immediate", "stop"], capture_output=True, timeout=60)
+        subprocess.run(
+            [*prefix, f"{bindir}/pg_ctl", "-D", data, "-m", "immediate", "stop"], capture_output=True, timeout=60
+        )
         shutil.rmtree(root, ignore_errors=True)
 
 

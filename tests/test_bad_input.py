@@ -70,7 +70,9 @@ def existing_study(tmp_path_factory):
 
 
 def snapshot(storage):
-    return [(t.number, t.state.name, t.params, t.value) for t in optuna.load_study(study_name=STUDY, storage=storage).trials]
+    return [
+        (t.number, t.state.name, t.params, t.value) for t in optuna.load_study(study_name=STUDY, storage=storage).trials
+    ]
 
 
 def test_at_least_30_cases():
@@ -81,8 +83,13 @@ def test_at_least_30_cases():
 def test_bad_input_is_refused_and_the_study_is_unchanged(existing_study, extra, fragment):
     cwd, storage = existing_study
     before = snapshot(storage)
-    proc = subprocess.run([PYTHON, "-m", "sweeprl", "-m", "experiment=quickstart", "sweep=lr", "tracking.enabled=false", *extra],
-                          cwd=cwd, capture_output=True, text=True, timeout=120)  # fmt: skip
+    proc = subprocess.run(
+        [PYTHON, "-m", "sweeprl", "-m", "experiment=quickstart", "sweep=lr", "tracking.enabled=false", *extra],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out[-2000:]
     assert fragment in out, out[-2000:]

@@ -53,8 +53,18 @@ def test_every_algo_composes_with_every_sweep(algo, sweep):
 def test_experiments_cover_every_algorithm():
     algos = {compose_cfg([f"experiment={e}"]).algo.name for e in EXPERIMENTS}
     assert algos >= {"grpo", "ppo"} and {"length_ppo", "rlaif_codegen"} <= set(EXPERIMENTS)
-    assert compose_cfg(["experiment=quickstart", "algo=rloo", "algo.learning_rate=3e-3", "algo.num_generations=4",
-                        "algo.max_steps=60"]).algo.name == "rloo"  # fmt: skip
+    assert (
+        compose_cfg(
+            [
+                "experiment=quickstart",
+                "algo=rloo",
+                "algo.learning_rate=3e-3",
+                "algo.num_generations=4",
+                "algo.max_steps=60",
+            ]
+        ).algo.name
+        == "rloo"
+    )
 
 
 def test_quickstart_ranges_override_the_real_model_ranges():
@@ -73,7 +83,15 @@ def test_ocaml_grpo_seed_settings():
     cfg = compose_cfg(["experiment=ocaml_grpo"])
     assert cfg.model.name_or_path == "Qwen/Qwen2.5-Coder-1.5B-Instruct"
     assert (cfg.lora.enabled, cfg.lora.r, cfg.lora.alpha, cfg.lora.dropout) == (True, 32, 64, 0.05)
-    assert list(cfg.lora.target_modules) == ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    assert list(cfg.lora.target_modules) == [
+        "q_proj",
+        "k_proj",
+        "v_proj",
+        "o_proj",
+        "gate_proj",
+        "up_proj",
+        "down_proj",
+    ]
     assert (cfg.algo.num_generations, cfg.generation.temperature) == (6, 0.9)
     assert (cfg.data.max_prompt_length, cfg.generation.max_completion_length) == (704, 512)
     assert (cfg.algo.learning_rate, cfg.algo.max_grad_norm, cfg.algo.gradient_accumulation_steps) == (5e-6, 1.0, 1)
@@ -81,11 +99,27 @@ def test_ocaml_grpo_seed_settings():
 
 
 def test_any_field_overridable():
-    cfg = compose_cfg(["experiment=quickstart", "algo.learning_rate=3e-4", "algo.beta=0.05",
-                       "generation.temperature=1.1", "algo.num_generations=2", "algo.max_grad_norm=0.5",
-                       "algo.loss_type=grpo", "algo.scale_rewards=none", "algo.warmup_steps=5", "algo.epsilon=0.3"])  # fmt: skip
+    cfg = compose_cfg(
+        [
+            "experiment=quickstart",
+            "algo.learning_rate=3e-4",
+            "algo.beta=0.05",
+            "generation.temperature=1.1",
+            "algo.num_generations=2",
+            "algo.max_grad_norm=0.5",
+            "algo.loss_type=grpo",
+            "algo.scale_rewards=none",
+            "algo.warmup_steps=5",
+            "algo.epsilon=0.3",
+        ]
+    )
     validate(cfg)
-    assert (cfg.algo.learning_rate, cfg.algo.beta, cfg.generation.temperature, cfg.algo.num_generations) == (3e-4, 0.05, 1.1, 2)
+    assert (cfg.algo.learning_rate, cfg.algo.beta, cfg.generation.temperature, cfg.algo.num_generations) == (
+        3e-4,
+        0.05,
+        1.1,
+        2,
+    )
     assert (cfg.algo.loss_type, cfg.algo.scale_rewards, cfg.algo.warmup_steps) == ("grpo", "none", 5)
 
 
@@ -137,15 +171,29 @@ def test_precheck_wrong_type_names_key_value_and_type():
 
 
 def test_precheck_ignores_sweep_and_hydra_overrides():
-    assert precheck(["-m", "experiment=quickstart", "sweep=lr_kl", "algo.learning_rate=interval(1e-4,1e-2)",
-                     "hydra.sweeper.n_trials=3", "algo.beta=0.0,0.1"]) is None  # fmt: skip
+    assert (
+        precheck(
+            [
+                "-m",
+                "experiment=quickstart",
+                "sweep=lr_kl",
+                "algo.learning_rate=interval(1e-4,1e-2)",
+                "hydra.sweeper.n_trials=3",
+                "algo.beta=0.0,0.1",
+            ]
+        )
+        is None
+    )
 
 
 def test_cli_rejects_bad_value_before_loading_anything(tmp_path):
     proc = subprocess.run(
         [PYTHON, "-m", "sweeprl", "experiment=quickstart", "algo.learning_rate=0", "generation.temperature=-1"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2
     assert "algo.learning_rate=0.0 is invalid" in proc.stderr
     assert "generation.temperature=-1.0 is invalid" in proc.stderr
@@ -155,7 +203,9 @@ def test_cli_rejects_bad_value_before_loading_anything(tmp_path):
 def test_cli_prints_ocaml_grpo_sweep_config():
     proc = subprocess.run(
         [PYTHON, "-m", "sweeprl", "-m", "experiment=ocaml_grpo", "sweep=lr_kl", "--cfg", "job"],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "name: ocaml_grpo" in proc.stdout and "Qwen/Qwen2.5-Coder-1.5B-Instruct" in proc.stdout

@@ -15,8 +15,17 @@ from sweeprl.history import RunHistory, load
 
 N = 60
 T = np.arange(N, dtype=float)
-CONFIG = {"learning_rate": 1e-3, "kl_coef": 0.05, "temperature": 1.0, "num_generations": 4, "max_grad_norm": 1.0,
-          "max_completion_length": 64, "cliprange": 0.2, "vf_coef": 0.1, "warmup_steps": 0}  # fmt: skip
+CONFIG = {
+    "learning_rate": 1e-3,
+    "kl_coef": 0.05,
+    "temperature": 1.0,
+    "num_generations": 4,
+    "max_grad_norm": 1.0,
+    "max_completion_length": 64,
+    "cliprange": 0.2,
+    "vf_coef": 0.1,
+    "warmup_steps": 0,
+}
 
 
 def healthy(**over):
@@ -67,8 +76,12 @@ CASES = {
     "loss_spike": lambda: healthy(loss=spiked(0.02 * np.sin(T), 40, 3.0)),
     "loss_oscillation": lambda: ppo(**{"loss/value_avg": 1.0 + 0.8 * np.where(T % 2 == 0, 1, -1)}),
     "reward_below_target": lambda: healthy(),  # with target_reward=0.95
-    "reward_flat": lambda: healthy(reward=0.3 + np.random.default_rng(3).normal(0, 0.005, N), entropy=4.0 - 1.0 * T / N),
-    "reward_variance_rising": lambda: healthy(reward=0.5 + np.random.default_rng(5).normal(0, 0.01, N), reward_std=0.05 + 0.2 * T / N),
+    "reward_flat": lambda: healthy(
+        reward=0.3 + np.random.default_rng(3).normal(0, 0.005, N), entropy=4.0 - 1.0 * T / N
+    ),
+    "reward_variance_rising": lambda: healthy(
+        reward=0.5 + np.random.default_rng(5).normal(0, 0.01, N), reward_std=0.05 + 0.2 * T / N
+    ),
     "reward_cv_high": lambda: healthy(reward=0.3 + 0.3 * np.where(T % 2 == 0, 1, -1)),
     "best_of_n_gap": lambda: healthy(reward_best_of_n=0.6 + 0.6 * (1 - np.exp(-T / 15))),
     "mode_collapse": lambda: healthy(frac_reward_zero_std=np.minimum(1, T / 20)),
@@ -78,8 +91,13 @@ CASES = {
     "kl_above_target": lambda: healthy(kl=0.05 + 1.0 * T / N),
     "value_loss_spike": lambda: ppo(**{"loss/value_avg": spiked(0.5 + 0.01 * np.sin(T), 45, 50.0)}),
     "clip_fraction_high": lambda: ppo(**{"policy/clipfrac_avg": np.full(N, 0.4)}),
-    "updates_too_small": lambda: ppo(**{"objective/scores": np.full(N, 0.5) + np.random.default_rng(4).normal(0, 0.002, N),
-                                        "policy/approxkl_avg": np.full(N, 1e-6), "policy/clipfrac_avg": np.zeros(N)}),  # fmt: skip
+    "updates_too_small": lambda: ppo(
+        **{
+            "objective/scores": np.full(N, 0.5) + np.random.default_rng(4).normal(0, 0.002, N),
+            "policy/approxkl_avg": np.full(N, 1e-6),
+            "policy/clipfrac_avg": np.zeros(N),
+        }
+    ),
     "length_hacking": lambda: healthy(**{"completions/mean_length": 40 + 100 * (1 - np.exp(-T / 15))}),
     "truncation_high": lambda: healthy(**{"completions/clipped_ratio": np.full(N, 0.6)}),
     "non_finite": lambda: healthy(loss=spiked(0.02 * np.sin(T), 30, np.nan)),
@@ -108,8 +126,18 @@ def test_finding_positive(fid):
     assert any(ch.isdigit() for ch in f.evidence), "evidence must carry numbers"
     assert f.cause and f.recommendation["text"]
     for c in f.recommendation["changes"]:
-        assert c["param"] in ("learning_rate", "kl_coef", "temperature", "num_generations", "max_grad_norm", "warmup_steps",
-                              "max_completion_length", "cliprange", "vf_coef", "reward_threshold")  # fmt: skip
+        assert c["param"] in (
+            "learning_rate",
+            "kl_coef",
+            "temperature",
+            "num_generations",
+            "max_grad_norm",
+            "warmup_steps",
+            "max_completion_length",
+            "cliprange",
+            "vf_coef",
+            "reward_threshold",
+        )
         assert c["direction"] in ("increase", "decrease")
 
 
@@ -164,8 +192,19 @@ def write_sources(tmp_path):
     (tmp_path / "m.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
     state = {"log_history": [dict(r, step=int(r["step"])) for r in recs] + [{"train_runtime": 1.0, "step": N}]}
     (tmp_path / "trainer_state.json").write_text(json.dumps(state))
-    aliased = [{"step": r["step"], "avg_reward": r["reward"], "reward_var": r["reward_std"] ** 2, "grad": r["grad_norm"],
-                "lr": 1e-3, "avg_loss": r["loss"], "kl": r["kl"], "frac_zero_std": r["frac_reward_zero_std"]} for r in recs]  # fmt: skip
+    aliased = [
+        {
+            "step": r["step"],
+            "avg_reward": r["reward"],
+            "reward_var": r["reward_std"] ** 2,
+            "grad": r["grad_norm"],
+            "lr": 1e-3,
+            "avg_loss": r["loss"],
+            "kl": r["kl"],
+            "frac_zero_std": r["frac_reward_zero_std"],
+        }
+        for r in recs
+    ]
     with (tmp_path / "m.csv").open("w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=list(aliased[0]))
         w.writeheader()
@@ -188,11 +227,31 @@ def test_sources_and_aliases(tmp_path):
 
 def test_cli_markdown_and_json(tmp_path):
     write_sources(tmp_path)
-    md = subprocess.run([PYTHON, "-m", "sweeprl", "diagnose", str(tmp_path / "m.jsonl")], capture_output=True, text=True, timeout=120)
+    md = subprocess.run(
+        [PYTHON, "-m", "sweeprl", "diagnose", str(tmp_path / "m.jsonl")], capture_output=True, text=True, timeout=120
+    )
     assert md.returncode == 0, md.stderr
     assert "## Findings" in md.stdout and "kl_above_target" in md.stdout
-    js = subprocess.run([PYTHON, "-m", "sweeprl", "diagnose", str(tmp_path / "m.jsonl"), "--format", "json", "--target-kl", "5",
-                         "--target-reward", "0.99", "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=120)  # fmt: skip
+    js = subprocess.run(
+        [
+            PYTHON,
+            "-m",
+            "sweeprl",
+            "diagnose",
+            str(tmp_path / "m.jsonl"),
+            "--format",
+            "json",
+            "--target-kl",
+            "5",
+            "--target-reward",
+            "0.99",
+            "--out",
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     data = json.loads(js.stdout)
     assert set(data) >= {"summary", "findings", "next_sweep"}
     ids = [f["id"] for f in data["findings"]]
@@ -200,7 +259,9 @@ def test_cli_markdown_and_json(tmp_path):
     for f in data["findings"]:
         assert set(f) == {"id", "severity", "evidence", "steps", "cause", "recommendation"}
     assert (tmp_path / "out" / "diagnosis.json").is_file() and (tmp_path / "out" / "diagnosis.md").is_file()
-    bad = subprocess.run([PYTHON, "-m", "sweeprl", "diagnose", str(tmp_path / "nope")], capture_output=True, text=True, timeout=120)
+    bad = subprocess.run(
+        [PYTHON, "-m", "sweeprl", "diagnose", str(tmp_path / "nope")], capture_output=True, text=True, timeout=120
+    )
     assert bad.returncode == 2 and "not a trial directory" in bad.stderr
 
 

@@ -18,10 +18,17 @@ STUDY = "quickstart-lr_kl"
 
 def sweep(cwd, model_cache, n_trials):
     cmd = [
-        PYTHON, "-m", "sweeprl", "-m", "experiment=quickstart", "sweep=lr_kl",
-        f"hydra.sweeper.n_trials={n_trials}", "hydra.sweeper.sampler.seed=0",
-        f"algo.max_steps={STEPS}", f"model.cache_dir={model_cache}",
-    ]  # fmt: skip
+        PYTHON,
+        "-m",
+        "sweeprl",
+        "-m",
+        "experiment=quickstart",
+        "sweep=lr_kl",
+        f"hydra.sweeper.n_trials={n_trials}",
+        "hydra.sweeper.sampler.seed=0",
+        f"algo.max_steps={STEPS}",
+        f"model.cache_dir={model_cache}",
+    ]
     proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     return proc
@@ -79,7 +86,9 @@ def test_mlflow_has_one_parent_and_three_children(first_sweep):
     by_number = {int(r.data.tags["sweeprl.trial_number"]): r for r in children}
     for t in study.trials:
         assert by_number[t.number].data.metrics["objective"] == pytest.approx(t.value)
-        assert float(by_number[t.number].data.params["algo.learning_rate"]) == pytest.approx(t.params["algo.learning_rate"])
+        assert float(by_number[t.number].data.params["algo.learning_rate"]) == pytest.approx(
+            t.params["algo.learning_rate"]
+        )
     assert parent.data.metrics["best_value"] == pytest.approx(study.best_value)
 
 

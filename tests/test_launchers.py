@@ -20,23 +20,45 @@ from conftest import PYTHON
 pytestmark = pytest.mark.e2e
 STUDY = "quickstart-lr"
 DOCS_CONF = Path(__file__).resolve().parents[1] / "docs" / "examples" / "conf"
-COMPLETE, FAIL, RUNNING = optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL, optuna.trial.TrialState.RUNNING
+COMPLETE, FAIL, RUNNING = (
+    optuna.trial.TrialState.COMPLETE,
+    optuna.trial.TrialState.FAIL,
+    optuna.trial.TrialState.RUNNING,
+)
 
 
 def has(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
 
-needs_submitit = pytest.mark.skipif(not has("hydra_plugins.hydra_submitit_launcher"), reason="pip install -e '.[slurm]'")
-needs_ray = pytest.mark.skipif(not (has("hydra_plugins.hydra_ray_launcher") and has("ray")), reason="pip install -e '.[ray]'")
+needs_submitit = pytest.mark.skipif(
+    not has("hydra_plugins.hydra_submitit_launcher"), reason="pip install -e '.[slurm]'"
+)
+needs_ray = pytest.mark.skipif(
+    not (has("hydra_plugins.hydra_ray_launcher") and has("ray")), reason="pip install -e '.[ray]'"
+)
 needs_joblib = pytest.mark.skipif(not has("hydra_plugins.hydra_joblib_launcher"), reason="pip install -e '.[joblib]'")
 
 
 def sweep(cwd: Path, model_cache, *overrides: str, timeout: float = 150, env=None, ok: bool = True, flags=()):
-    cmd = [PYTHON, "-m", "sweeprl", "-m", *flags, "experiment=quickstart", "sweep=lr", "hydra.sweeper.n_trials=2",
-           "hydra.sweeper.n_jobs=2", "hydra.sweeper.report=false", "hydra.sweeper.sampler.seed=0",
-           f"model.cache_dir={model_cache}", *overrides]  # fmt: skip
-    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})})
+    cmd = [
+        PYTHON,
+        "-m",
+        "sweeprl",
+        "-m",
+        *flags,
+        "experiment=quickstart",
+        "sweep=lr",
+        "hydra.sweeper.n_trials=2",
+        "hydra.sweeper.n_jobs=2",
+        "hydra.sweeper.report=false",
+        "hydra.sweeper.sampler.seed=0",
+        f"model.cache_dir={model_cache}",
+        *overrides,
+    ]
+    proc = subprocess.run(
+        cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})}
+    )
     if ok:
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     return proc
@@ -78,7 +100,10 @@ def test_submitit_local_runs_a_round_of_two_trials_in_parallel(tmp_path, model_c
     exp = client.get_experiment_by_name(STUDY)
     runs = client.search_runs([exp.experiment_id], max_results=10)
     parent = [r for r in runs if r.data.tags.get("sweeprl.role") == "sweep"]
-    children = sorted((r for r in runs if r.data.tags.get("sweeprl.role") == "trial"), key=lambda r: int(r.data.tags["sweeprl.trial_number"]))
+    children = sorted(
+        (r for r in runs if r.data.tags.get("sweeprl.role") == "trial"),
+        key=lambda r: int(r.data.tags["sweeprl.trial_number"]),
+    )
     assert len(parent) == 1 and len(children) == 2
     for run, t in zip(children, trials):
         assert run.data.tags["mlflow.parentRunId"] == parent[0].info.run_id
@@ -92,9 +117,19 @@ def test_submitit_local_runs_a_round_of_two_trials_in_parallel(tmp_path, model_c
 def test_submitit_job_killed_mid_trial_fails_only_that_trial(tmp_path, model_cache):
     """A job that dies without a result makes submitit raise for the whole round; the sweeper keeps the other
     trial's result (from its trial dir), fails the lost one with the launcher's error and leaves nothing RUNNING."""
-    proc = sweep(tmp_path, model_cache, "hydra/launcher=submitit_local", "algo.max_steps=2", "tracking.enabled=false",
-                 "+fault.kill_at_step=1", "+fault.only_trials=[0]", "hydra.sweeper.max_failure_rate=0",
-                 "hydra.sweeper.heartbeat_interval=1", "hydra.sweeper.grace_period=5", ok=False)  # fmt: skip
+    proc = sweep(
+        tmp_path,
+        model_cache,
+        "hydra/launcher=submitit_local",
+        "algo.max_steps=2",
+        "tracking.enabled=false",
+        "+fault.kill_at_step=1",
+        "+fault.only_trials=[0]",
+        "hydra.sweeper.max_failure_rate=0",
+        "hydra.sweeper.heartbeat_interval=1",
+        "hydra.sweeper.grace_period=5",
+        ok=False,
+    )
     assert proc.returncode != 0 and "sweep aborted: 1 of 1 trials failed" in proc.stderr
     lost, done = trials_of(tmp_path)
     assert lost.state == FAIL and "UncompletedJobError" in lost.user_attrs["fail_reason"]
@@ -105,15 +140,31 @@ def test_submitit_job_killed_mid_trial_fails_only_that_trial(tmp_path, model_cac
 @needs_submitit
 @pytest.mark.timeout(60)
 def test_submitit_slurm_composes_with_the_sweeper(tmp_path):
-    cmd = [PYTHON, "-m", "sweeprl", "-m", "experiment=quickstart", "sweep=lr", "hydra/launcher=submitit_slurm",
-           "hydra.launcher.partition=gpu", "hydra.launcher.gpus_per_node=2", "hydra.launcher.timeout_min=240",
-           "hydra.sweeper.n_jobs=8", "--cfg", "hydra"]  # fmt: skip
+    cmd = [
+        PYTHON,
+        "-m",
+        "sweeprl",
+        "-m",
+        "experiment=quickstart",
+        "sweep=lr",
+        "hydra/launcher=submitit_slurm",
+        "hydra.launcher.partition=gpu",
+        "hydra.launcher.gpus_per_node=2",
+        "hydra.launcher.timeout_min=240",
+        "hydra.sweeper.n_jobs=8",
+        "--cfg",
+        "hydra",
+    ]
     proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=50)
     assert proc.returncode == 0, proc.stderr[-3000:]
     hydra_cfg = yaml.safe_load(proc.stdout)["hydra"]
     assert hydra_cfg["launcher"]["_target_"] == "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"
     assert hydra_cfg["sweeper"]["_target_"] == "hydra_plugins.sweeprl_sweeper.sweeper.SweeprlSweeper"
-    assert (hydra_cfg["launcher"]["partition"], hydra_cfg["launcher"]["gpus_per_node"], hydra_cfg["launcher"]["timeout_min"]) == ("gpu", 2, 240)
+    assert (
+        hydra_cfg["launcher"]["partition"],
+        hydra_cfg["launcher"]["gpus_per_node"],
+        hydra_cfg["launcher"]["timeout_min"],
+    ) == ("gpu", 2, 240)
     assert hydra_cfg["sweeper"]["n_jobs"] == 8
 
 
@@ -137,20 +188,40 @@ def test_submitit_slurm_sbatch_script_carries_the_users_settings(tmp_path, model
     (bin_dir / "srun").write_text("#!/bin/sh\nexit 1\n")
     for f in bin_dir.iterdir():
         f.chmod(0o755)
-    proc = sweep(tmp_path, model_cache, "hydra/launcher=slurm_gpu", "tracking.enabled=false",
-                 "hydra.launcher.partition=a100", "hydra.launcher.timeout_min=120", "hydra.launcher.mem_gb=32",
-                 "+hydra.launcher.additional_parameters.qos=high", "hydra.sweeper.grace_period=1",
-                 "hydra.sweeper.max_failure_rate=0", env={"PATH": f"{bin_dir}:{os.environ['PATH']}"}, timeout=80, ok=False,
-                 flags=["--config-dir", str(DOCS_CONF)])  # fmt: skip
+    proc = sweep(
+        tmp_path,
+        model_cache,
+        "hydra/launcher=slurm_gpu",
+        "tracking.enabled=false",
+        "hydra.launcher.partition=a100",
+        "hydra.launcher.timeout_min=120",
+        "hydra.launcher.mem_gb=32",
+        "+hydra.launcher.additional_parameters.qos=high",
+        "hydra.sweeper.grace_period=1",
+        "hydra.sweeper.max_failure_rate=0",
+        env={"PATH": f"{bin_dir}:{os.environ['PATH']}"},
+        timeout=80,
+        ok=False,
+        flags=["--config-dir", str(DOCS_CONF)],
+    )
     assert proc.returncode != 0
     scripts = list(tmp_path.glob("submitted_*.sh"))
     assert len(scripts) == 1, "one sbatch call: the round is one job array"
     text = scripts[0].read_text()
     lines = set(text.splitlines())
-    for expected in ("#SBATCH --partition=a100", "#SBATCH --time=120", "#SBATCH --mem=32GB",  # command line
-                     "#SBATCH --gpus-per-node=1", "#SBATCH --cpus-per-task=8", "#SBATCH --account=my_project",  # preset
-                     "#SBATCH --mail-type=FAIL", "#SBATCH --qos=high", "#SBATCH --array=0-1%2", "#SBATCH --job-name=trial",
-                     "export HF_HOME=$SCRATCH/hf"):  # fmt: skip
+    for expected in (
+        "#SBATCH --partition=a100",
+        "#SBATCH --time=120",
+        "#SBATCH --mem=32GB",  # command line
+        "#SBATCH --gpus-per-node=1",
+        "#SBATCH --cpus-per-task=8",
+        "#SBATCH --account=my_project",  # preset
+        "#SBATCH --mail-type=FAIL",
+        "#SBATCH --qos=high",
+        "#SBATCH --array=0-1%2",
+        "#SBATCH --job-name=trial",
+        "export HF_HOME=$SCRATCH/hf",
+    ):
         assert expected in lines, f"{expected} not in:\n{text}"
     assert any(line.startswith("srun ") and f"{sys.executable} -u -m submitit.core._submit" in line for line in lines)
     trials = trials_of(tmp_path)
@@ -160,11 +231,19 @@ def test_submitit_slurm_sbatch_script_carries_the_users_settings(tmp_path, model
 
 @needs_submitit
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("launcher, setting", [("submitit_local", "hydra.sweeper.slots=2"), ("submitit_slurm", "hydra.sweeper.trial_timeout=60")])
+@pytest.mark.parametrize(
+    "launcher, setting",
+    [("submitit_local", "hydra.sweeper.slots=2"), ("submitit_slurm", "hydra.sweeper.trial_timeout=60")],
+)
 def test_process_slots_with_a_launcher_are_refused(tmp_path, model_cache, launcher, setting):
-    proc = sweep(tmp_path, model_cache, f"hydra/launcher={launcher}", setting, "tracking.enabled=false", timeout=50, ok=False)
+    proc = sweep(
+        tmp_path, model_cache, f"hydra/launcher={launcher}", setting, "tracking.enabled=false", timeout=50, ok=False
+    )
     assert proc.returncode != 0
-    assert f"runs trials as local processes of the sweep driver, which would bypass hydra/launcher={launcher}" in proc.stderr
+    assert (
+        f"runs trials as local processes of the sweep driver, which would bypass hydra/launcher={launcher}"
+        in proc.stderr
+    )
     assert "use hydra.sweeper.n_jobs" in proc.stderr
     assert not (tmp_path / "multirun" / STUDY / "optuna.db").exists(), "refused before the study is touched"
 
@@ -174,9 +253,17 @@ def test_process_slots_with_a_launcher_are_refused(tmp_path, model_cache, launch
 @pytest.mark.timeout(170)
 def test_ray_local_runs_a_round_of_two_trials(tmp_path, model_cache):
     env = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
-    proc = sweep(tmp_path, model_cache, "hydra/launcher=ray", "+hydra.launcher.ray.init.num_cpus=2",
-                 "+hydra.launcher.ray.init.include_dashboard=false", "+hydra.launcher.ray.remote.max_retries=0",
-                 "algo.max_steps=2", "tracking.enabled=false", env=env)  # fmt: skip
+    proc = sweep(
+        tmp_path,
+        model_cache,
+        "hydra/launcher=ray",
+        "+hydra.launcher.ray.init.num_cpus=2",
+        "+hydra.launcher.ray.init.include_dashboard=false",
+        "+hydra.launcher.ray.remote.max_retries=0",
+        "algo.max_steps=2",
+        "tracking.enabled=false",
+        env=env,
+    )
     out = proc.stdout + proc.stderr
     assert "Ray Launcher is launching 2 jobs" in out and "(_run_job pid=" in out  # trials ran in Ray workers
     assert_two_complete_trials(tmp_path)
@@ -186,6 +273,13 @@ def test_ray_local_runs_a_round_of_two_trials(tmp_path, model_cache):
 @needs_joblib
 @pytest.mark.timeout(170)
 def test_joblib_runs_a_round_of_two_trials(tmp_path, model_cache):
-    proc = sweep(tmp_path, model_cache, "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "algo.max_steps=2", "tracking.enabled=false")
+    proc = sweep(
+        tmp_path,
+        model_cache,
+        "hydra/launcher=joblib",
+        "hydra.launcher.n_jobs=2",
+        "algo.max_steps=2",
+        "tracking.enabled=false",
+    )
     assert "Joblib.Parallel(n_jobs=2" in proc.stdout + proc.stderr
     assert_two_complete_trials(tmp_path)

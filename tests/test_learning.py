@@ -39,8 +39,18 @@ def rewards(history):
 def test_metrics_jsonl_has_one_record_per_step_with_trl_names(runs):
     result, history = runs["good"]
     assert [h["step"] for h in history] == list(range(1, STEPS + 1))
-    for key in ("reward", "reward_std", "frac_reward_zero_std", "loss", "grad_norm", "entropy", "learning_rate",
-                "completions/mean_length", "completions/clipped_ratio", "rewards/charset/mean"):  # fmt: skip
+    for key in (
+        "reward",
+        "reward_std",
+        "frac_reward_zero_std",
+        "loss",
+        "grad_norm",
+        "entropy",
+        "learning_rate",
+        "completions/mean_length",
+        "completions/clipped_ratio",
+        "rewards/charset/mean",
+    ):
         assert key in history[0], key
     assert result.steps == STEPS
 
@@ -70,4 +80,6 @@ def test_objective_file_matches_result(runs, tmp_path_factory):
     data = json.loads((tmp_path_factory.getbasetemp() / "learning0" / "good" / "objective.json").read_text())
     assert data["objective"] == result.value
     assert data["name"] == "stability_adjusted"
-    assert data["objective"] == pytest.approx(data["terms"]["late_reward"] - sum(v for k, v in data["terms"].items() if k != "late_reward"))
+    assert data["objective"] == pytest.approx(
+        data["terms"]["late_reward"] - sum(v for k, v in data["terms"].items() if k != "late_reward")
+    )

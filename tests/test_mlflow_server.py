@@ -22,10 +22,25 @@ MLFLOW = str(Path(sys.executable).parent / "mlflow")
 
 
 def start_server(root: Path, port: int) -> subprocess.Popen:
-    proc = subprocess.Popen([MLFLOW, "server", "--backend-store-uri", f"sqlite:///{root}/backend.db",
-                             "--artifacts-destination", str(root / "artifacts"), "--host", "127.0.0.1", "--port", str(port),
-                             "--workers", "1"], stdout=open(root / f"server-{time.time_ns()}.log", "w"), stderr=subprocess.STDOUT,
-                            start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [
+            MLFLOW,
+            "server",
+            "--backend-store-uri",
+            f"sqlite:///{root}/backend.db",
+            "--artifacts-destination",
+            str(root / "artifacts"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+        ],
+        stdout=open(root / f"server-{time.time_ns()}.log", "w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
         try:
@@ -47,8 +62,18 @@ def stop_server(proc: subprocess.Popen) -> None:
 
 
 def sweep(cwd, model_cache, uri, *extra) -> subprocess.CompletedProcess:
-    cmd = [PYTHON, "-m", "sweeprl", "-m", "experiment=quickstart", "sweep=lr", "hydra.sweeper.sampler.seed=0",
-           f"tracking.uri={uri}", f"model.cache_dir={model_cache}", *extra]  # fmt: skip
+    cmd = [
+        PYTHON,
+        "-m",
+        "sweeprl",
+        "-m",
+        "experiment=quickstart",
+        "sweep=lr",
+        "hydra.sweeper.sampler.seed=0",
+        f"tracking.uri={uri}",
+        f"model.cache_dir={model_cache}",
+        *extra,
+    ]
     return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=600)
 
 
@@ -80,9 +105,21 @@ def test_server_stopped_mid_sweep_and_restarted(tmp_path, model_cache):
     port = free_port()
     server = start_server(tmp_path, port)
     uri = f"http://127.0.0.1:{port}"
-    cmd = [PYTHON, "-m", "sweeprl", "-m", "experiment=quickstart", "sweep=lr", "hydra.sweeper.sampler.seed=0",
-           f"tracking.uri={uri}", f"model.cache_dir={model_cache}", "hydra.sweeper.n_trials=3", "algo.max_steps=12",
-           "+fault.sleep_per_step=0.5", "hydra/sweeper/pruner=none"]  # fmt: skip
+    cmd = [
+        PYTHON,
+        "-m",
+        "sweeprl",
+        "-m",
+        "experiment=quickstart",
+        "sweep=lr",
+        "hydra.sweeper.sampler.seed=0",
+        f"tracking.uri={uri}",
+        f"model.cache_dir={model_cache}",
+        "hydra.sweeper.n_trials=3",
+        "algo.max_steps=12",
+        "+fault.sleep_per_step=0.5",
+        "hydra/sweeper/pruner=none",
+    ]
     driver = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     storage = f"sqlite:///{tmp_path}/multirun/{STUDY}/optuna.db"
     try:
@@ -90,7 +127,9 @@ def test_server_stopped_mid_sweep_and_restarted(tmp_path, model_cache):
 
         def finished() -> int:
             try:
-                return sum(t.state.name == "COMPLETE" for t in optuna.load_study(study_name=STUDY, storage=storage).trials)
+                return sum(
+                    t.state.name == "COMPLETE" for t in optuna.load_study(study_name=STUDY, storage=storage).trials
+                )
             except Exception:  # noqa: BLE001 - study not created yet
                 return 0
 
@@ -117,11 +156,22 @@ def test_server_stopped_mid_sweep_and_restarted(tmp_path, model_cache):
 def test_unreachable_server_falls_back_to_the_local_store_only_when_asked(tmp_path, model_cache):
     uri = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     refused = sweep(tmp_path, model_cache, uri, "hydra.sweeper.n_trials=1", "algo.max_steps=2")
-    assert refused.returncode == 2 and "cannot be reached" in refused.stderr and "tracking.fallback_local=true" in refused.stderr
+    assert (
+        refused.returncode == 2
+        and "cannot be reached" in refused.stderr
+        and "tracking.fallback_local=true" in refused.stderr
+    )
     assert not (tmp_path / "multirun").exists() and not (tmp_path / "mlflow.db").exists()  # nothing started
 
-    proc = sweep(tmp_path, model_cache, uri, "hydra.sweeper.n_trials=1", "algo.max_steps=2", "tracking.fallback_local=true",
-                 "hydra.sweeper.report=false")  # fmt: skip
+    proc = sweep(
+        tmp_path,
+        model_cache,
+        uri,
+        "hydra.sweeper.n_trials=1",
+        "algo.max_steps=2",
+        "tracking.fallback_local=true",
+        "hydra.sweeper.report=false",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f"tracking.uri={uri} cannot be reached" in proc.stderr and "logs to the local store" in proc.stderr
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")  # the sweep and its trial went to the local store

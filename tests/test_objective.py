@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
+from sweeprl.config.schema import ObjectiveConfig
 from sweeprl.objective import ObjectiveError, compute_objective, stability_terms
 from sweeprl.stability import cvar_upper, iqr
-from sweeprl.config.schema import ObjectiveConfig
 
 
 def cfg(**kw):
@@ -31,8 +31,16 @@ def hist(rewards, **series):
 def test_flat_curve_has_no_penalties():
     res = compute_objective(hist([0.5] * 20), cfg())
     assert res.value == pytest.approx(0.5)
-    assert res.terms == {"late_reward": 0.5, "dispersion": 0.0, "drawdown": 0.0, "short_term_risk": 0.0,
-                         "kl_excess": 0.0, "entropy_collapse": 0.0, "mode_collapse": 0.0, "non_finite": 0.0}  # fmt: skip
+    assert res.terms == {
+        "late_reward": 0.5,
+        "dispersion": 0.0,
+        "drawdown": 0.0,
+        "short_term_risk": 0.0,
+        "kl_excess": 0.0,
+        "entropy_collapse": 0.0,
+        "mode_collapse": 0.0,
+        "non_finite": 0.0,
+    }
 
 
 def test_late_window_and_dispersion_by_hand():

@@ -39,11 +39,22 @@ def test_ocaml_prompts_plain_and_chat(model_cache):
 
 def test_two_trial_ocaml_sweep_on_cpu(tmp_path, model_cache):
     cmd = [
-        PYTHON, "-m", "sweeprl", "-m", "experiment=ocaml_grpo", "model=tiny", "lora=none", "sweep=lr_kl",
-        "hydra.sweeper.n_trials=2", "hydra.sweeper.sampler.seed=0", "algo.max_steps=2",
-        "algo.per_device_train_batch_size=12", "generation.max_completion_length=48", "data.max_prompt_length=200",
+        PYTHON,
+        "-m",
+        "sweeprl",
+        "-m",
+        "experiment=ocaml_grpo",
+        "model=tiny",
+        "lora=none",
+        "sweep=lr_kl",
+        "hydra.sweeper.n_trials=2",
+        "hydra.sweeper.sampler.seed=0",
+        "algo.max_steps=2",
+        "algo.per_device_train_batch_size=12",
+        "generation.max_completion_length=48",
+        "data.max_prompt_length=200",
         f"model.cache_dir={model_cache}",
-    ]  # fmt: skip
+    ]
     proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     study = optuna.load_study(study_name=STUDY, storage=f"sqlite:///{tmp_path}/multirun/{STUDY}/optuna.db")
@@ -63,7 +74,9 @@ def test_two_trial_ocaml_sweep_on_cpu(tmp_path, model_cache):
         # every scored completion with its breakdown: 12 per training update (scored before the update, so at
         # global steps 0 and 1), then the validation prompts evaluated at step 2
         assert by_step[0] == 12 and by_step[1] == 12 and by_step.get(2, 0) > 0
-        assert {"step", "problem_id", "completion", "reward", "structural", "typecheck", "compile", "tests"} <= set(scored[0])
+        assert {"step", "problem_id", "completion", "reward", "structural", "typecheck", "compile", "tests"} <= set(
+            scored[0]
+        )
         assert all(0.0 <= s["reward"] <= 1.0 for s in scored)
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
     exp = client.get_experiment_by_name(STUDY)

@@ -32,8 +32,17 @@ TESTS = ["sum_list [1; 2; 3] = 6", "sum_list [] = 0", "sum_list [-1; 1] = 0", "d
 
 @pytest.fixture(scope="module")
 def scorer():
-    return OCamlScorer(test_timeout=1.0, limits=Limits(wall_seconds=30, cpu_seconds=5, memory_bytes=1 << 30,
-                                                       max_processes=32, file_size_bytes=4 << 20, tmpfs_bytes=32 << 20))  # fmt: skip
+    return OCamlScorer(
+        test_timeout=1.0,
+        limits=Limits(
+            wall_seconds=30,
+            cpu_seconds=5,
+            memory_bytes=1 << 30,
+            max_processes=32,
+            file_size_bytes=4 << 20,
+            tmpfs_bytes=32 << 20,
+        ),
+    )
 
 
 def test_correct_with_marker_scores_one(scorer):
@@ -56,7 +65,7 @@ def test_partial_pass(scorer):
 
 
 def test_type_error_in_one_of_two_items(scorer):
-    s = scorer.score(SUM.replace("  y\n", "  y ^ \"a\"\n") + MARK, TESTS)
+    s = scorer.score(SUM.replace("  y\n", '  y ^ "a"\n') + MARK, TESTS)
     assert (s.items, s.type_errors, s.compiled) == (2, 1, "partial")
     assert s.reward == pytest.approx(0.05 + 0.20 * 0.5 + 0.10 * 0.5 + 0.0)
 
@@ -68,13 +77,13 @@ def test_syntax_error(scorer):
 
 
 def test_nothing_compiles(scorer):
-    s = scorer.score("let x : int = \"a\"\n" * 9 + MARK, TESTS)
+    s = scorer.score('let x : int = "a"\n' * 9 + MARK, TESTS)
     assert (s.items, s.type_errors, s.compiled) == (9, 9, "none")
     assert s.reward == pytest.approx(0.05)
 
 
 def test_test_that_does_not_type_check_counts_as_failed(scorer):
-    s = scorer.score(SUM + MARK, TESTS + ["sum_list \"abc\" = 1"])
+    s = scorer.score(SUM + MARK, TESTS + ['sum_list "abc" = 1'])
     assert s.test_results == ["PASS"] * 4 + ["NOT_TYPED"]
     assert s.tests == pytest.approx(0.65 * 4 / 5)
 
@@ -103,7 +112,9 @@ HOSTILE = {
     "infinite_loop": SUM + "let () = while true do () done\n",
     "fork_bomb": SUM + 'let () = ignore (Sys.command "f() { f | f & }; f")\n',
     "memory_hog": SUM + "let hog = Array.make (1 lsl 30) 0\nlet () = hog.(1) <- 1\n",
-    "disk_filler": SUM + 'let () = for i = 0 to 1_000_000 do\n  let oc = open_out ("f" ^ string_of_int i) in\n  output_string oc (String.make 1_000_000 \'x\');\n  close_out oc\ndone\n',
+    "disk_filler": SUM
+    + 'let () = for i = 0 to 1_000_000 do\n  let oc = open_out ("f" ^ string_of_int i) in\n  output_string oc '
+    "(String.make 1_000_000 'x');\n  close_out oc\ndone\n",
 }
 
 
@@ -134,7 +145,7 @@ def test_hostile_write_outside_and_network_are_blocked(scorer):
     outside = Path(tempfile.gettempdir()) / "sweeprl-model-was-here"
     code = SUM + (
         f'let () = (try let oc = open_out "{outside}" in output_string oc "x"; close_out oc with _ -> ())\n'
-        f'let () = ignore (Sys.command "bash -c \'echo leak > /dev/tcp/127.0.0.1/{port}\'")\n'
+        f"let () = ignore (Sys.command \"bash -c 'echo leak > /dev/tcp/127.0.0.1/{port}'\")\n"
     )
     s = scorer.score(code + MARK, TESTS)
     assert s.compiled == "full" and "SPAWNED_PROCESSES" in s.test_results and s.tests == 0.0
@@ -153,7 +164,9 @@ def test_every_shipped_reference_solution_scores_one():
     assert all(len(p["tests"]) >= 4 for p in problems)
     scorer = OCamlScorer()
     scores = scorer.score_many([(p["reference_solution"] + "\n" + MARK, p["tests"], False) for p in problems])
-    bad = {p["id"]: (s.reward, s.test_results, s.note) for p, s in zip(problems, scores) if s.reward != pytest.approx(1.0)}
+    bad = {
+        p["id"]: (s.reward, s.test_results, s.note) for p, s in zip(problems, scores) if s.reward != pytest.approx(1.0)
+    }
     assert not bad
 
 
@@ -167,8 +180,25 @@ def test_score_cli(tmp_path):
         {"problem_id": "sum", "completion": "let x = 1\n", "truncated": False, "name": "short"},
     ]
     completions.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    proc = subprocess.run([PYTHON, "-m", "sweeprl", "score", "--reward", "ocaml_syntax_aware", "--problems", str(problems),
-                           "--completions", str(completions), "--format", "json"], capture_output=True, text=True, timeout=120)  # fmt: skip
+    proc = subprocess.run(
+        [
+            PYTHON,
+            "-m",
+            "sweeprl",
+            "score",
+            "--reward",
+            "ocaml_syntax_aware",
+            "--problems",
+            str(problems),
+            "--completions",
+            str(completions),
+            "--format",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     out = [json.loads(line) for line in proc.stdout.splitlines()]
     assert [o["name"] for o in out] == ["correct", "runaway", "short"]

@@ -249,11 +249,31 @@ def test_ppo_config_defaults_are_valid_and_every_field_has_help():
 
 
 def test_ppo_config_problems_name_key_value_and_allowed():
-    problems = ppo_problems(_cfg(learning_rate=0.0, gamma=0.0, lam=1.5, kl_estimator="k2", value_model="both",
-                                 cliprange=0.0, target_kl=0.0, kl_horizon=0, ppo_epochs=0))  # fmt: skip
+    problems = ppo_problems(
+        _cfg(
+            learning_rate=0.0,
+            gamma=0.0,
+            lam=1.5,
+            kl_estimator="k2",
+            value_model="both",
+            cliprange=0.0,
+            target_kl=0.0,
+            kl_horizon=0,
+            ppo_epochs=0,
+        )
+    )
     text = "\n".join(problems)
-    for key in ("learning_rate=0.0", "gamma=0.0", "lam=1.5", "kl_estimator='k2'", "value_model='both'", "cliprange=0.0",
-                "target_kl=0.0", "kl_horizon=0", "ppo_epochs=0"):  # fmt: skip
+    for key in (
+        "learning_rate=0.0",
+        "gamma=0.0",
+        "lam=1.5",
+        "kl_estimator='k2'",
+        "value_model='both'",
+        "cliprange=0.0",
+        "target_kl=0.0",
+        "kl_horizon=0",
+        "ppo_epochs=0",
+    ):
         assert f"algo.{key} is invalid; allowed:" in text, key
     assert ppo_cross_checks(_cfg(batch_size=16, mini_batch_size=5)) == [
         "algo.mini_batch_size=5 is invalid; allowed: a divisor of algo.batch_size=16 (one of [1, 2, 4, 8, 16])"
@@ -293,8 +313,9 @@ class Recorder(TrainerCallback):
             self.history.append({"step": state.global_step, **logs})
 
 
-def make_trainer(path, tmp_path, reward_funcs=None, reward_weights=None, dataset=None, callbacks=(),
-                 max_completion_length=32, **algo):  # fmt: skip
+def make_trainer(
+    path, tmp_path, reward_funcs=None, reward_weights=None, dataset=None, callbacks=(), max_completion_length=32, **algo
+):
     from datasets import Dataset
     from transformers import AutoTokenizer
     from transformers.trainer_callback import ProgressCallback
@@ -302,8 +323,9 @@ def make_trainer(path, tmp_path, reward_funcs=None, reward_weights=None, dataset
     from sweeprl.rewards import build_reward
     from sweeprl.training.ppo import PPOTrainer
 
-    settings = dict(batch_size=16, mini_batch_size=4, max_steps=UPDATES, adap_kl_ctrl=True, init_kl_coef=1.0,
-                    target_kl=0.1, seed=0)  # fmt: skip
+    settings = dict(
+        batch_size=16, mini_batch_size=4, max_steps=UPDATES, adap_kl_ctrl=True, init_kl_coef=1.0, target_kl=0.1, seed=0
+    )
     settings.update(algo)
     reward_funcs = reward_funcs or [build_reward("length")]
     trainer = PPOTrainer(
@@ -345,7 +367,9 @@ def runs(tiny_path, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("ppo")
     # The score-vs-control pair: the charset reward with weight 1, or logged with weight 0 (score = 0, so only
     # the KL penalty and value noise act). Same seed: the first update samples the same completions.
-    charset = dict(reward_funcs=[build_reward("charset")], max_completion_length=16, learning_rate=1e-3, init_kl_coef=0.05)
+    charset = dict(
+        reward_funcs=[build_reward("charset")], max_completion_length=16, learning_rate=1e-3, init_kl_coef=0.05
+    )
     return {
         "good": train(tiny_path, tmp / "good", learning_rate=1e-3),
         "good_again": train(tiny_path, tmp / "good_again", learning_rate=1e-3),
@@ -360,11 +384,29 @@ def series(recorder, key):
 
 
 EXPECTED_KEYS = {
-    "objective/kl", "objective/kl_coef", "objective/entropy", "objective/scores", "objective/rlhf_reward",
-    "policy/approxkl_avg", "policy/clipfrac_avg", "policy/entropy_avg", "loss/policy_avg", "loss/value_avg",
-    "val/clipfrac_avg", "val/ratio", "val/ratio_var", "val/vpred_mean", "val/explained_var", "learning_rate",
-    "grad_norm", "reward", "reward_std", "completions/mean_length", "completions/clipped_ratio", "rewards/length/mean",
-}  # fmt: skip
+    "objective/kl",
+    "objective/kl_coef",
+    "objective/entropy",
+    "objective/scores",
+    "objective/rlhf_reward",
+    "policy/approxkl_avg",
+    "policy/clipfrac_avg",
+    "policy/entropy_avg",
+    "loss/policy_avg",
+    "loss/value_avg",
+    "val/clipfrac_avg",
+    "val/ratio",
+    "val/ratio_var",
+    "val/vpred_mean",
+    "val/explained_var",
+    "learning_rate",
+    "grad_norm",
+    "reward",
+    "reward_std",
+    "completions/mean_length",
+    "completions/clipped_ratio",
+    "rewards/length/mean",
+}
 
 
 def test_one_log_per_update_with_the_documented_keys(runs):
@@ -401,7 +443,10 @@ def test_the_score_drives_learning(runs):
     assert charset[0] == control[0]  # same seed, same first batch: only the score differs afterwards
     # Weight 1: the fraction of allowed bytes rises from ~0.1-0.25 to ~0.8; weight 0: it does not rise.
     assert charset[-WINDOW:].mean() > charset[:WINDOW].mean() + 0.2, (charset[:WINDOW].mean(), charset[-WINDOW:].mean())
-    assert charset[-WINDOW:].mean() > control[-WINDOW:].mean() + 0.3, (charset[-WINDOW:].mean(), control[-WINDOW:].mean())
+    assert charset[-WINDOW:].mean() > control[-WINDOW:].mean() + 0.3, (
+        charset[-WINDOW:].mean(),
+        control[-WINDOW:].mean(),
+    )
     assert control[-WINDOW:].mean() < control[:WINDOW].mean() + 0.05
 
 
@@ -430,8 +475,16 @@ def test_dropped_samples_and_dataset_columns(tiny_path, tmp_path):
 
     dataset = Dataset.from_list([{"prompt": p, "keep": i % 4 != 0} for i, p in enumerate(PROMPTS)])
     recorder = Recorder()
-    trainer = make_trainer(tiny_path, tmp_path, reward_funcs=[picky], dataset=dataset, callbacks=[recorder],
-                           max_steps=2, batch_size=8, learning_rate=1e-3)  # fmt: skip
+    trainer = make_trainer(
+        tiny_path,
+        tmp_path,
+        reward_funcs=[picky],
+        dataset=dataset,
+        callbacks=[recorder],
+        max_steps=2,
+        batch_size=8,
+        learning_rate=1e-3,
+    )
     out = trainer.train()
     assert seen["none"] > 0 and trainer.dropped_samples == seen["none"] == out["dropped_samples"]
     for h in recorder.history:
@@ -445,8 +498,16 @@ def test_invalid_algo_fails_before_loading_the_model(tmp_path):
     from sweeprl.training.ppo import PPOTrainer
 
     with pytest.raises(ConfigValidationError, match="mini_batch_size=5"):
-        PPOTrainer("/nonexistent/model", build_tokenizer(), [len], [1.0], Dataset.from_list([{"prompt": "x"}]),
-                   algo={"batch_size": 16, "mini_batch_size": 5}, generation=GenerationConfig(), output_dir=str(tmp_path))
+        PPOTrainer(
+            "/nonexistent/model",
+            build_tokenizer(),
+            [len],
+            [1.0],
+            Dataset.from_list([{"prompt": "x"}]),
+            algo={"batch_size": 16, "mini_batch_size": 5},
+            generation=GenerationConfig(),
+            output_dir=str(tmp_path),
+        )
 
 
 def test_project_callbacks_work_with_the_trainer(tiny_path, tmp_path):

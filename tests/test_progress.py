@@ -43,7 +43,9 @@ def test_auto_mode_is_live_on_a_terminal_and_plain_elsewhere():
 def test_live_panel_shows_counts_best_and_each_running_trial(tmp_path):
     p = SweepProgress("quickstart-lr", 10, max_steps=8, parallel=2, console=console(True))
     p.resume_from(2, (0.5, 1, "algo.learning_rate=0.001"))  # a resumed study: 2 finished before
-    write_metrics(tmp_path / "trial_3", [{"step": 3, "reward": 0.1, "kl": 0.01}, {"step": 4, "reward": 0.25, "kl": 0.02}])
+    write_metrics(
+        tmp_path / "trial_3", [{"step": 3, "reward": 0.1, "kl": 0.01}, {"step": 4, "reward": 0.25, "kl": 0.02}]
+    )
     p.trial_started(3, "algo.learning_rate=0.002", tmp_path / "trial_3")
     p.trial_started(4, "algo.learning_rate=0.004", tmp_path / "trial_4")  # no metrics yet
     out = text_of(p.render())
@@ -82,7 +84,9 @@ def test_plain_mode_prints_one_line_per_finished_trial():
         p.trial_finished(1, "FAIL")
     lines = c.file.getvalue().splitlines()
     assert len(lines) == 2
-    assert lines[0].startswith("progress: 1/3 finished (1 complete, 0 pruned, 0 failed this run); 0 running; best 0.5 (trial 0: x=1)")
+    assert lines[0].startswith(
+        "progress: 1/3 finished (1 complete, 0 pruned, 0 failed this run); 0 running; best 0.5 (trial 0: x=1)"
+    )
     assert lines[1].startswith("progress: 1/3 finished (1 complete, 0 pruned, 1 failed this run)")
 
 
@@ -112,10 +116,26 @@ def test_sweep_on_a_tty_shows_the_live_panel(tmp_path, model_cache):
     env = {k: v for k, v in os.environ.items() if k not in ("CI", "NO_COLOR", "TERM")}
     env.update(TERM="xterm-256color", COLUMNS="200", LINES="50")
     proc = subprocess.Popen(
-        [PYTHON, "-m", "sweeprl", "-m", "experiment=quickstart", "sweep=lr", "hydra.sweeper.n_trials=2", "algo.max_steps=6",
-         "hydra.sweeper.report=false", "tracking.enabled=false", f"model.cache_dir={model_cache}", "hydra.sweeper.slots=2"],
-        cwd=tmp_path, stdin=subprocess.DEVNULL, stdout=slave, stderr=slave, env=env,
-    )  # fmt: skip
+        [
+            PYTHON,
+            "-m",
+            "sweeprl",
+            "-m",
+            "experiment=quickstart",
+            "sweep=lr",
+            "hydra.sweeper.n_trials=2",
+            "algo.max_steps=6",
+            "hydra.sweeper.report=false",
+            "tracking.enabled=false",
+            f"model.cache_dir={model_cache}",
+            "hydra.sweeper.slots=2",
+        ],
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+        stdout=slave,
+        stderr=slave,
+        env=env,
+    )
     os.close(slave)
     chunks = []
     deadline = time.monotonic() + 300

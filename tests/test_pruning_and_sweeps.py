@@ -26,7 +26,10 @@ def guards(**over):
 def test_guards_fire_after_patience_and_not_on_healthy_runs():
     g = guards()
     for i in range(50):
-        assert g.check({"step": i, "reward": 0.5, "loss": 0.01, "kl": 0.05, "entropy": 4.0, "frac_reward_zero_std": 0.1}) is None
+        assert (
+            g.check({"step": i, "reward": 0.5, "loss": 0.01, "kl": 0.05, "entropy": 4.0, "frac_reward_zero_std": 0.1})
+            is None
+        )
     assert "non_finite" in guards().check({"step": 1, "reward": 0.5, "loss": math.nan})
     g = guards(kl_patience=3)
     reasons = [g.check({"step": i, "reward": 0.5, "kl": 0.6}) for i in range(3)]
@@ -42,8 +45,12 @@ def test_guards_fire_after_patience_and_not_on_healthy_runs():
 
 def test_pruning_callback_reports_and_prunes_through_the_storage(tmp_path):
     storage = f"sqlite:///{tmp_path}/s.db"
-    study = optuna.create_study(study_name="s", storage=storage, direction="maximize",
-                                pruner=optuna.pruners.MedianPruner(n_startup_trials=1, n_warmup_steps=0))  # fmt: skip
+    study = optuna.create_study(
+        study_name="s",
+        storage=storage,
+        direction="maximize",
+        pruner=optuna.pruners.MedianPruner(n_startup_trials=1, n_warmup_steps=0),
+    )
     good = study.ask()
     for step in (10, 15, 20):
         good.report(1.0, step)
@@ -77,14 +84,28 @@ def load(cwd, name):
 
 @pytest.mark.e2e
 def test_sweep_with_pruner_prunes_and_keeps_partial_records(tmp_path, model_cache):
-    run(tmp_path, model_cache, "-m", "sweep=lr", "hydra.sweeper.n_trials=4", "hydra.sweeper.sampler.seed=1",
-        "hydra/sweeper/pruner=percentile", "hydra.sweeper.pruner.percentile=99", "hydra.sweeper.pruner.n_startup_trials=1",
-        f"algo.max_steps={STEPS}", "pruning.report_every=5", "pruning.min_steps=5")  # fmt: skip
+    run(
+        tmp_path,
+        model_cache,
+        "-m",
+        "sweep=lr",
+        "hydra.sweeper.n_trials=4",
+        "hydra.sweeper.sampler.seed=1",
+        "hydra/sweeper/pruner=percentile",
+        "hydra.sweeper.pruner.percentile=99",
+        "hydra.sweeper.pruner.n_startup_trials=1",
+        f"algo.max_steps={STEPS}",
+        "pruning.report_every=5",
+        "pruning.min_steps=5",
+    )
     study = load(tmp_path, "quickstart-lr")
     states = [t.state for t in study.trials]
     assert states.count(optuna.trial.TrialState.PRUNED) >= 1 and len(states) == 4
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
-    runs = {r.data.tags.get("sweeprl.trial_number"): r for r in client.search_runs([client.get_experiment_by_name("quickstart-lr").experiment_id])}
+    runs = {
+        r.data.tags.get("sweeprl.trial_number"): r
+        for r in client.search_runs([client.get_experiment_by_name("quickstart-lr").experiment_id])
+    }
     for t in study.trials:
         if t.state == optuna.trial.TrialState.PRUNED:
             assert t.user_attrs["prune_reason"].startswith("pruner:")
@@ -92,13 +113,24 @@ def test_sweep_with_pruner_prunes_and_keeps_partial_records(tmp_path, model_cach
             r = runs[str(t.number)]
             assert r.data.tags["sweeprl.state"] == "PRUNED" and r.data.tags["prune_reason"].startswith("pruner:")
             assert len(client.get_metric_history(r.info.run_id, "reward")) == t.user_attrs["steps"]
-            assert json.loads((tmp_path / "multirun" / "quickstart-lr" / f"trial_{t.number}" / "objective.json").read_text())["pruned"]
+            assert json.loads(
+                (tmp_path / "multirun" / "quickstart-lr" / f"trial_{t.number}" / "objective.json").read_text()
+            )["pruned"]
 
 
 @pytest.mark.e2e
 def test_guard_stops_a_single_run(tmp_path, model_cache):
-    proc = run(tmp_path, model_cache, "algo.learning_rate=3e-2", "algo.beta=0.05", "objective.target_kl=0.01",
-               "pruning.guards.kl_factor=1", "pruning.guards.kl_patience=3", f"algo.max_steps={STEPS}", "tracking.enabled=false")  # fmt: skip
+    proc = run(
+        tmp_path,
+        model_cache,
+        "algo.learning_rate=3e-2",
+        "algo.beta=0.05",
+        "objective.target_kl=0.01",
+        "pruning.guards.kl_factor=1",
+        "pruning.guards.kl_patience=3",
+        f"algo.max_steps={STEPS}",
+        "tracking.enabled=false",
+    )
     out = json.loads(next((tmp_path / "outputs").rglob("objective.json")).read_text())
     assert out["pruned"] and out["prune_reason"].startswith("guard:kl_runaway")
     assert out["stopped_at_step"] < STEPS
@@ -107,8 +139,17 @@ def test_guard_stops_a_single_run(tmp_path, model_cache):
 
 @pytest.mark.e2e
 def test_multi_seed_trials(tmp_path, model_cache):
-    run(tmp_path, model_cache, "-m", "sweep=lr", "hydra.sweeper.n_trials=2", "hydra.sweeper.seeds=[0,1]", "hydra.sweeper.sampler.seed=0",
-        "algo.max_steps=8", "tracking.enabled=false")  # fmt: skip
+    run(
+        tmp_path,
+        model_cache,
+        "-m",
+        "sweep=lr",
+        "hydra.sweeper.n_trials=2",
+        "hydra.sweeper.seeds=[0,1]",
+        "hydra.sweeper.sampler.seed=0",
+        "algo.max_steps=8",
+        "tracking.enabled=false",
+    )
     study = load(tmp_path, "quickstart-lr")
     assert [t.state.name for t in study.trials] == ["COMPLETE", "COMPLETE"]
     for t in study.trials:
@@ -119,14 +160,25 @@ def test_multi_seed_trials(tmp_path, model_cache):
         std = abs(values[0] - values[1]) / 2
         assert t.value == pytest.approx(mean - 1.0 * std)
         for seed in (0, 1):
-            cfg = (tmp_path / "multirun" / "quickstart-lr" / f"trial_{t.number}_seed{seed}" / "resolved_config.yaml").read_text()
+            cfg = (
+                tmp_path / "multirun" / "quickstart-lr" / f"trial_{t.number}_seed{seed}" / "resolved_config.yaml"
+            ).read_text()
             assert f"seed: {seed}" in cfg
 
 
 @pytest.mark.e2e
 def test_pareto_objective_makes_a_two_objective_study(tmp_path, model_cache):
-    run(tmp_path, model_cache, "-m", "sweep=lr", "objective=pareto", "hydra.sweeper.n_trials=2", "hydra.sweeper.sampler.seed=0",
-        "algo.max_steps=8", "tracking.enabled=false")  # fmt: skip
+    run(
+        tmp_path,
+        model_cache,
+        "-m",
+        "sweep=lr",
+        "objective=pareto",
+        "hydra.sweeper.n_trials=2",
+        "hydra.sweeper.sampler.seed=0",
+        "algo.max_steps=8",
+        "tracking.enabled=false",
+    )
     study = load(tmp_path, "quickstart-lr")
     assert [d.name for d in study.directions] == ["MAXIMIZE", "MINIMIZE"]
     for t in study.trials:
@@ -141,8 +193,16 @@ def test_pareto_objective_makes_a_two_objective_study(tmp_path, model_cache):
 def test_sweep_from_a_diagnosis(tmp_path, model_cache):
     diag = {"next_sweep": {"params": {"algo.learning_rate": "tag(log, interval(0.0002, 0.0004))"}}}
     (tmp_path / "diagnosis.json").write_text(json.dumps(diag))
-    run(tmp_path, model_cache, "-m", "sweep=lr", f"+sweep_from={tmp_path / 'diagnosis.json'}", "hydra.sweeper.n_trials=1",
-        "algo.max_steps=4", "tracking.enabled=false")  # fmt: skip
+    run(
+        tmp_path,
+        model_cache,
+        "-m",
+        "sweep=lr",
+        f"+sweep_from={tmp_path / 'diagnosis.json'}",
+        "hydra.sweeper.n_trials=1",
+        "algo.max_steps=4",
+        "tracking.enabled=false",
+    )
     (t,) = load(tmp_path, "quickstart-lr").trials
     dist = t.distributions["algo.learning_rate"]
     assert (dist.low, dist.high, dist.log) == (0.0002, 0.0004, True)

@@ -75,7 +75,11 @@ def test_readme_has_the_two_quickstart_commands_and_ci_runs_the_second():
     first, second = blocks[0].strip(), blocks[1].strip()
     assert first == "bash scripts/setup.sh && .venv/bin/python -m sweeprl -m experiment=quickstart sweep=lr_kl"
     assert second == "bash scripts/setup.sh --test && .venv/bin/python -m pytest"
-    ci = [ln for ln in (REPO / ".ci/run").read_text().splitlines() if ln.strip() and not ln.startswith(("#", "set ", "cd "))]
+    ci = [
+        ln
+        for ln in (REPO / ".ci/run").read_text().splitlines()
+        if ln.strip() and not ln.startswith(("#", "set ", "cd "))
+    ]
     assert ci == [second]
 
 
@@ -121,12 +125,18 @@ class Scratch:
 
         problems = shipped_problems()[:2]
         (self.root / "P.jsonl").write_text("".join(json.dumps(p) + "\n" for p in problems))
-        rows = [{"problem_id": p["id"], "completion": p["reference_solution"] + "\n(* END *)", "truncated": False} for p in problems]
+        rows = [
+            {"problem_id": p["id"], "completion": p["reference_solution"] + "\n(* END *)", "truncated": False}
+            for p in problems
+        ]
         rows.append({"problem_id": problems[0]["id"], "completion": "let x = \n", "truncated": True})
         (self.root / "C.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
 
     def trainer_state_and_csv(self) -> None:
-        records = [json.loads(line) for line in (self.root / "multirun" / STUDY / "trial_0" / "metrics.jsonl").read_text().splitlines()]
+        records = [
+            json.loads(line)
+            for line in (self.root / "multirun" / STUDY / "trial_0" / "metrics.jsonl").read_text().splitlines()
+        ]
         (self.root / "output").mkdir(exist_ok=True)
         (self.root / "output" / "trainer_state.json").write_text(json.dumps({"log_history": records}))
         keys = sorted({k for r in records for k in r})
@@ -150,9 +160,23 @@ class Scratch:
 
     def mlflow_server(self) -> str:
         port = free_port()
-        self.start([str(VENV_BIN / "mlflow"), "server", "--backend-store-uri", f"sqlite:///{self.root}/server.db",
-                    "--artifacts-destination", str(self.root / "server-artifacts"), "--host", "127.0.0.1",
-                    "--port", str(port), "--workers", "1"], f"http://127.0.0.1:{port}/health")  # fmt: skip
+        self.start(
+            [
+                str(VENV_BIN / "mlflow"),
+                "server",
+                "--backend-store-uri",
+                f"sqlite:///{self.root}/server.db",
+                "--artifacts-destination",
+                str(self.root / "server-artifacts"),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--workers",
+                "1",
+            ],
+            f"http://127.0.0.1:{port}/health",
+        )
         return f"http://127.0.0.1:{port}"
 
     def substitute(self, text: str) -> str:
@@ -172,8 +196,12 @@ class Scratch:
     # processes -----------------------------------------------------------------------------------
     def start(self, argv: List[str], url: str, timeout: float = 120) -> str:
         log = open(self.root / f"server-{time.monotonic_ns()}.log", "w")  # noqa: SIM115 - closed with the server
-        proc = subprocess.Popen(argv, cwd=self.root, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        self.cleanup.append(lambda: (os.killpg(proc.pid, signal.SIGKILL) if proc.poll() is None else None, proc.wait(), log.close()))
+        proc = subprocess.Popen(
+            argv, cwd=self.root, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        self.cleanup.append(
+            lambda: (os.killpg(proc.pid, signal.SIGKILL) if proc.poll() is None else None, proc.wait(), log.close())
+        )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             assert proc.poll() is None, f"{argv[0]} exited: {(self.root / log.name).read_text()[-2000:]}"
@@ -190,10 +218,14 @@ class Scratch:
         argv = shlex.split(text.replace("$PWD", str(self.root)))
         argv[0] = str(VENV_BIN / Path(argv[0]).name)
         if Path(argv[0]).name == "mlflow":
-            body = self.start([*argv, "--host", "127.0.0.1", "--port", str(port)],
-                              f"http://127.0.0.1:{port}/ajax-api/2.0/mlflow/experiments/search?max_results=50")  # fmt: skip
+            body = self.start(
+                [*argv, "--host", "127.0.0.1", "--port", str(port)],
+                f"http://127.0.0.1:{port}/ajax-api/2.0/mlflow/experiments/search?max_results=50",
+            )
         else:
-            body = self.start([*argv, "--host", "127.0.0.1", "--port", str(port)], f"http://127.0.0.1:{port}/api/studies")
+            body = self.start(
+                [*argv, "--host", "127.0.0.1", "--port", str(port)], f"http://127.0.0.1:{port}/api/studies"
+            )
         assert STUDY in body, body[:2000]
 
     def run(self, text: str) -> subprocess.CompletedProcess:
@@ -202,8 +234,15 @@ class Scratch:
             argv = [argv[0], "-m", "sweeprl", *tiny(argv[3:], self.model_cache)]
         if any(a.endswith("bench/run_all") for a in argv[:2]):
             argv.append("--quick")  # never --write: BENCHMARKS.md is only rewritten by hand on an idle machine
-        proc = subprocess.run(["bash", "-c", shlex.join(argv)], cwd=self.root, env=self.env,
-                              capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL)  # fmt: skip
+        proc = subprocess.run(
+            ["bash", "-c", shlex.join(argv)],
+            cwd=self.root,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=900,
+            stdin=subprocess.DEVNULL,
+        )
         return proc
 
 

@@ -24,8 +24,18 @@ STUDY = "quickstart-lr_kl"
 def sweep(tmp_path_factory, model_cache):
     """A real 3-trial sweep (12 updates each) in its own launch dir; returns (launch dir, sweep dir)."""
     root = tmp_path_factory.mktemp("report_sweep")
-    cmd = [sys.executable, "-m", "sweeprl", "-m", "experiment=quickstart", "sweep=lr_kl", "hydra.sweeper.n_trials=3",
-           "hydra.sweeper.sampler.seed=0", "algo.max_steps=12", f"model.cache_dir={model_cache}"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "sweeprl",
+        "-m",
+        "experiment=quickstart",
+        "sweep=lr_kl",
+        "hydra.sweeper.n_trials=3",
+        "hydra.sweeper.sampler.seed=0",
+        "algo.max_steps=12",
+        f"model.cache_dir={model_cache}",
+    ]
     proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     sweep_dir = root / "multirun" / STUDY
@@ -179,8 +189,13 @@ def test_log_report_to_mlflow_finds_parent_run(sweep, report):
 
 # ------------------------------------------------------------------------------------------ unit tests
 def _row(n, lr, beta, findings, state="COMPLETE", gens=4):
-    return TrialRow(number=n, state=state, values=[0.1 * n] if state == "COMPLETE" else None,
-                    params={"algo.learning_rate": lr, "algo.beta": beta, "algo.num_generations": gens}, findings=findings)  # fmt: skip
+    return TrialRow(
+        number=n,
+        state=state,
+        values=[0.1 * n] if state == "COMPLETE" else None,
+        params={"algo.learning_rate": lr, "algo.beta": beta, "algo.num_generations": gens},
+        findings=findings,
+    )
 
 
 def test_unstable_regions_on_hand_made_rows():
@@ -212,16 +227,22 @@ def test_unstable_regions_on_hand_made_rows():
     assert "algo.learning_rate in [0.0001, 0.001]" in everywhere[0].ranges
     assert unstable_regions([]) == []
     # categorical params: disjoint value sets separate
-    cat = [TrialRow(number=i, state="COMPLETE", values=[0.0], params={"reward.name": name}, findings=f)
-           for i, (name, f) in enumerate([("charset", []), ("length", ["length_hacking"]), ("charset", []), ("length", ["length_hacking"])])]
+    cat = [
+        TrialRow(number=i, state="COMPLETE", values=[0.0], params={"reward.name": name}, findings=f)
+        for i, (name, f) in enumerate(
+            [("charset", []), ("length", ["length_hacking"]), ("charset", []), ("length", ["length_hacking"])]
+        )
+    ]
     assert unstable_regions(cat)[0].conditions == ["reward.name in {length}"]
 
 
 def _synthetic_study(tmp_path, name, directions, values):
     storage = f"sqlite:///{tmp_path / 'optuna.db'}"
     study = optuna.create_study(study_name=name, storage=storage, directions=directions)
-    dists = {"algo.learning_rate": optuna.distributions.FloatDistribution(1e-5, 1e-1, log=True),
-             "algo.beta": optuna.distributions.FloatDistribution(0.0, 0.2)}  # fmt: skip
+    dists = {
+        "algo.learning_rate": optuna.distributions.FloatDistribution(1e-5, 1e-1, log=True),
+        "algo.beta": optuna.distributions.FloatDistribution(0.0, 0.2),
+    }
     for i, v in enumerate(values):
         t = study.ask(fixed_distributions=dists)
         if v is None:

@@ -18,8 +18,18 @@ STUDY = "quickstart-lr"
 
 
 def cmd(model_cache, *extra):
-    return [PYTHON, "-m", "sweeprl", "-m", "experiment=quickstart", "sweep=lr", "hydra.sweeper.sampler.seed=0",
-            f"model.cache_dir={model_cache}", "hydra.sweeper.max_failure_rate=1.0", *extra]  # fmt: skip
+    return [
+        PYTHON,
+        "-m",
+        "sweeprl",
+        "-m",
+        "experiment=quickstart",
+        "sweep=lr",
+        "hydra.sweeper.sampler.seed=0",
+        f"model.cache_dir={model_cache}",
+        "hydra.sweeper.max_failure_rate=1.0",
+        *extra,
+    ]
 
 
 def run(cwd, model_cache, *extra, timeout=600):
@@ -33,8 +43,15 @@ def trials(cwd):
 
 
 def test_raising_trial_fails_with_reason_and_is_retried(tmp_path, model_cache):
-    run(tmp_path, model_cache, "hydra.sweeper.n_trials=2", "hydra.sweeper.retries=1", "algo.max_steps=6",
-        "+fault.raise_at_step=3", "+fault.only_trials=[0]")  # fmt: skip
+    run(
+        tmp_path,
+        model_cache,
+        "hydra.sweeper.n_trials=2",
+        "hydra.sweeper.retries=1",
+        "algo.max_steps=6",
+        "+fault.raise_at_step=3",
+        "+fault.only_trials=[0]",
+    )
     ts = trials(tmp_path)
     assert [t.state.name for t in ts] == ["FAIL", "COMPLETE", "COMPLETE"]
     assert "fault injected: raise_at_step=3" in ts[0].user_attrs["fail_reason"]
@@ -50,8 +67,15 @@ def test_raising_trial_fails_with_reason_and_is_retried(tmp_path, model_cache):
 
 
 def test_nan_objective_fails(tmp_path, model_cache):
-    run(tmp_path, model_cache, "hydra.sweeper.n_trials=1", "algo.max_steps=4", "tracking.enabled=false",
-        "+fault.objective_nan=true", "+fault.only_trials=[0]")  # fmt: skip
+    run(
+        tmp_path,
+        model_cache,
+        "hydra.sweeper.n_trials=1",
+        "algo.max_steps=4",
+        "tracking.enabled=false",
+        "+fault.objective_nan=true",
+        "+fault.only_trials=[0]",
+    )
     ts = trials(tmp_path)
     assert ts[0].state.name == "FAIL" and "not a finite number" in ts[0].user_attrs["fail_reason"]
     assert ts[1].state.name == "COMPLETE"
@@ -59,8 +83,17 @@ def test_nan_objective_fails(tmp_path, model_cache):
 
 def test_process_slots_sigkill_and_timeout(tmp_path, model_cache):
     t0 = time.monotonic()
-    run(tmp_path, model_cache, "hydra.sweeper.n_trials=2", "hydra.sweeper.slots=2", "hydra.sweeper.trial_timeout=40",
-        "algo.max_steps=6", "tracking.enabled=false", "+fault.kill_at_step=2", "+fault.only_trials=[0]")  # fmt: skip
+    run(
+        tmp_path,
+        model_cache,
+        "hydra.sweeper.n_trials=2",
+        "hydra.sweeper.slots=2",
+        "hydra.sweeper.trial_timeout=40",
+        "algo.max_steps=6",
+        "tracking.enabled=false",
+        "+fault.kill_at_step=2",
+        "+fault.only_trials=[0]",
+    )
     ts = trials(tmp_path)
     states = {t.number: t.state.name for t in ts}
     assert states[0] == "FAIL" and "killed by SIGKILL" in ts[0].user_attrs["fail_reason"]
@@ -68,8 +101,16 @@ def test_process_slots_sigkill_and_timeout(tmp_path, model_cache):
     assert (tmp_path / "multirun" / STUDY / "trial_0" / "trial_process.log").is_file()
     # timeout: a trial that sleeps 10 s per update (60 s in all) with a 40 s budget is killed and marked FAIL;
     # an ordinary trial (imports, model, 6 updates) fits the budget easily
-    run(tmp_path, model_cache, "hydra.sweeper.n_trials=3", "hydra.sweeper.trial_timeout=40", "algo.max_steps=6",
-        "tracking.enabled=false", "+fault.sleep_per_step=10", "+fault.only_trials=[3]")  # fmt: skip
+    run(
+        tmp_path,
+        model_cache,
+        "hydra.sweeper.n_trials=3",
+        "hydra.sweeper.trial_timeout=40",
+        "algo.max_steps=6",
+        "tracking.enabled=false",
+        "+fault.sleep_per_step=10",
+        "+fault.only_trials=[3]",
+    )
     t3 = trials(tmp_path)[3]
     assert t3.state.name == "FAIL" and t3.user_attrs["fail_reason"].startswith("timeout")
     assert 40 <= t3.user_attrs["seconds"] < 40 + 5
@@ -89,7 +130,9 @@ def _kill_driver_when(cwd, args, ready) -> None:
     dirs that existed at start), then wait until its heartbeats are stale (grace_period 3 s)."""
     root = cwd / "multirun" / STUDY
     before = {p.name for p in root.glob("trial_*")} if root.is_dir() else set()
-    driver = subprocess.Popen(args, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    driver = subprocess.Popen(
+        args, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and driver.poll() is None and not ready(root, before):
         time.sleep(0.05)
@@ -100,8 +143,11 @@ def _kill_driver_when(cwd, args, ready) -> None:
 
 
 def _mid_trial(root, before):  # a new trial has logged 2 steps and not finished
-    return any(_lines(d / "metrics.jsonl") >= 2 and not (d / "objective.json").exists()
-               for d in root.glob("trial_*") if d.name not in before)  # fmt: skip
+    return any(
+        _lines(d / "metrics.jsonl") >= 2 and not (d / "objective.json").exists()
+        for d in root.glob("trial_*")
+        if d.name not in before
+    )
 
 
 def _trial_just_finished(root, before):  # a new trial wrote its result; the driver is about to tell the study
@@ -111,8 +157,13 @@ def _trial_just_finished(root, before):  # a new trial wrote its result; the dri
 def test_killed_driver_at_several_moments_resumes_to_exactly_n_trials(tmp_path, model_cache):
     """kill -9 mid-trial, right after a trial wrote its result (racing the tell), and mid-trial again; every
     re-run of the same command resumes; the study ends at exactly n_trials COMPLETE, none lost or duplicated."""
-    common = ("hydra.sweeper.n_trials=3", "algo.max_steps=8", "hydra.sweeper.heartbeat_interval=1",
-              "hydra.sweeper.grace_period=3", "hydra.sweeper.retries=5")  # fmt: skip
+    common = (
+        "hydra.sweeper.n_trials=3",
+        "algo.max_steps=8",
+        "hydra.sweeper.heartbeat_interval=1",
+        "hydra.sweeper.grace_period=3",
+        "hydra.sweeper.retries=5",
+    )
     args = cmd(model_cache, *common, "+fault.sleep_per_step=0.5")
     seen_complete = {}
     for ready in (_mid_trial, _trial_just_finished, _mid_trial):
@@ -141,8 +192,14 @@ def test_killed_driver_at_several_moments_resumes_to_exactly_n_trials(tmp_path, 
 
 
 def test_ctrl_c_stops_gracefully(tmp_path, model_cache):
-    args = cmd(model_cache, "hydra.sweeper.n_trials=4", "hydra.sweeper.slots=2", "algo.max_steps=30",
-               "tracking.enabled=false", "+fault.sleep_per_step=0.5")  # fmt: skip
+    args = cmd(
+        model_cache,
+        "hydra.sweeper.n_trials=4",
+        "hydra.sweeper.slots=2",
+        "algo.max_steps=30",
+        "tracking.enabled=false",
+        "+fault.sleep_per_step=0.5",
+    )
     driver = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 300
     log = tmp_path / "multirun" / STUDY / "trial_0" / "trial_process.log"

@@ -43,8 +43,15 @@ def _digest(path):
 
 
 def test_tiny_model_is_deterministic_and_cached(tmp_path):
-    spec = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-                num_key_value_heads=1, max_position_embeddings=64, seed=3)  # fmt: skip
+    spec = dict(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=64,
+        seed=3,
+    )
     a = ensure_tiny_model(spec, tmp_path / "a")
     b = ensure_tiny_model(spec, tmp_path / "b")
     assert _digest(a) == _digest(b)  # same spec, two independent builds, identical bytes

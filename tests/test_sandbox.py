@@ -13,8 +13,14 @@ import pytest
 
 from sweeprl.sandbox import Limits, Sandbox, bwrap_available
 
-LIMITS = Limits(wall_seconds=4, cpu_seconds=3, memory_bytes=512 << 20, max_processes=32, file_size_bytes=4 << 20,
-                tmpfs_bytes=16 << 20)  # fmt: skip
+LIMITS = Limits(
+    wall_seconds=4,
+    cpu_seconds=3,
+    memory_bytes=512 << 20,
+    max_processes=32,
+    file_size_bytes=4 << 20,
+    tmpfs_bytes=16 << 20,
+)
 ISOLATIONS = ["bwrap", "rlimits"] if bwrap_available() else ["rlimits"]
 needs_bwrap = pytest.mark.skipif(not bwrap_available(), reason="bubblewrap not usable here (CI installs it)")
 
@@ -86,7 +92,9 @@ def test_writes_outside_the_workdir_do_not_reach_the_host(tmp_path):
     target = Path(tempfile.gettempdir()) / f"sweeprl-escape-{os.getpid()}"
     home_target = tmp_path / "escape.txt"
     os.chmod(tmp_path, 0o777)
-    r = Sandbox(LIMITS, isolation="bwrap").run(["sh", "-c", f"echo x > {target}; echo x > {home_target}; echo y > /etc/sweeprl-escape; true"])
+    r = Sandbox(LIMITS, isolation="bwrap").run(
+        ["sh", "-c", f"echo x > {target}; echo x > {home_target}; echo y > /etc/sweeprl-escape; true"]
+    )
     assert r.ok
     assert not target.exists() and not home_target.exists() and not Path("/etc/sweeprl-escape").exists()
 

@@ -46,7 +46,9 @@ def test_hand_computed_values():
 def test_kl_entropy_and_counts():
     kl = [0.05, 0.2, -0.1, 0.3]
     ent = [4.0, 3.0, 2.0, 1.0]
-    rep = stability.compute(hist([1, 1, 1, 1], kl=kl, entropy=ent, frac_reward_zero_std=[0, 0.5, 1, 0.5]), window=0.5, target_kl=0.1)
+    rep = stability.compute(
+        hist([1, 1, 1, 1], kl=kl, entropy=ent, frac_reward_zero_std=[0, 0.5, 1, 0.5]), window=0.5, target_kl=0.1
+    )
     assert rep.kl_mean == pytest.approx(np.mean(kl))
     assert rep.kl_frac_above_target == pytest.approx(0.5) and rep.kl_frac_negative == pytest.approx(0.25)
     assert rep.entropy_drop == pytest.approx(1 - 1.5 / 3.5)
@@ -93,7 +95,9 @@ def test_spike_detection_ignores_oscillation_around_zero():
 
 def test_across_runs():
     out = stability.across_runs([0.5, 0.6, 0.7, 0.1])
-    assert out["runs"] == 4 and out["dispersion_runs"] == pytest.approx(np.percentile([0.1, 0.5, 0.6, 0.7], 75) - np.percentile([0.1, 0.5, 0.6, 0.7], 25))
+    assert out["runs"] == 4 and out["dispersion_runs"] == pytest.approx(
+        np.percentile([0.1, 0.5, 0.6, 0.7], 75) - np.percentile([0.1, 0.5, 0.6, 0.7], 25)
+    )
     assert out["risk_runs"] == pytest.approx(0.55 - 0.1)
 
 
@@ -147,7 +151,9 @@ def test_objective_ranking_matches_labels():
     objective_rank = [-values[name] for _, name, _ in runs]  # higher objective = better = smaller rank
     tau, _ = kendalltau(labels, objective_rank)
     order = sorted(values, key=values.get, reverse=True)
-    assert tau >= 0.9, f"tau={tau:.3f}; objective order: {order}; values: { {k: round(v, 3) for k, v in values.items()} }"
+    assert tau >= 0.9, (
+        f"tau={tau:.3f}; objective order: {order}; values: { {k: round(v, 3) for k, v in values.items()} }"
+    )
 
 
 def test_plain_reward_objective_ranks_worse_than_stability_adjusted():

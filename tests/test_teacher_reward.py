@@ -74,8 +74,10 @@ def merge(*batches: Dict[str, Any]) -> Dict[str, Any]:
 def test_reference_scorer_ratios_and_teacher_cache(problems):
     s, c = problems["sum_list"], problems["count_occurrences"]
     fn = teacher_relative(reference_kwargs=REF_KW)
-    kw = merge(batch(s, [s["reference_solution"] + MARK, partial_sum_list(s), "print hello world"]),
-               batch(c, [c["reference_solution"] + "\n" + MARK, "garbage", "let x = 1\n" + MARK]))  # fmt: skip
+    kw = merge(
+        batch(s, [s["reference_solution"] + MARK, partial_sum_list(s), "print hello world"]),
+        batch(c, [c["reference_solution"] + "\n" + MARK, "garbage", "let x = 1\n" + MARK]),
+    )
     metrics = Metrics()
     out = fn(**kw, log_metric=metrics)
     partial = 0.05 + 0.20 + 0.10 + 0.65 * 3 / 5
@@ -121,8 +123,10 @@ def test_clipping_when_the_teacher_scores_low(problems):
     fn = teacher_relative(max_reward=1.5, reference_kwargs=REF_KW)
     good = s["reference_solution"] + MARK
     weak_teacher = partial_sum_list(s).replace(MARK, "")  # scores 0.74
-    kw = merge(batch(s, [good], reference="let x = 1\n"),  # teacher 0: 1/eps clipped to max_reward
-               {**batch(s, [good], reference=weak_teacher), "id": ["sum_list_weak"]})  # fmt: skip
+    kw = merge(
+        batch(s, [good], reference="let x = 1\n"),  # teacher 0: 1/eps clipped to max_reward
+        {**batch(s, [good], reference=weak_teacher), "id": ["sum_list_weak"]},
+    )
     out = fn(**kw)
     assert out[0] == 1.5
     assert out[1] == pytest.approx(1.0 / 0.74, rel=1e-4)  # above 1, below the clip
@@ -287,15 +291,27 @@ def stats(root: str) -> Dict[str, Any]:
 
 
 def judge_cfg(root: str, tmp_path: Path, **over: Any) -> Dict[str, Any]:
-    return {"base_url": root + "/v1", "model": "judge-test", "cache_dir": str(tmp_path / "cache"), "timeout": 2.0,
-            "max_retries": 2, "backoff_base": 0.01, **over}  # fmt: skip
+    return {
+        "base_url": root + "/v1",
+        "model": "judge-test",
+        "cache_dir": str(tmp_path / "cache"),
+        "timeout": 2.0,
+        "max_retries": 2,
+        "backoff_base": 0.01,
+        **over,
+    }
 
 
 def test_judge_normal_answer_and_ratio(judge_server, tmp_path):
     fn = teacher_relative(scorer="judge", judge=judge_cfg(judge_server, tmp_path))
     metrics = Metrics()
-    out = fn(completions=["ID:normal-a let f x = x", "ID:normal-b let g x = x"], prompts=["Write f.", "Write g."],
-             reference_solution=["ID:normal-ref MODE:score=5", None], id=["f", "g"], log_metric=metrics)  # fmt: skip
+    out = fn(
+        completions=["ID:normal-a let f x = x", "ID:normal-b let g x = x"],
+        prompts=["Write f.", "Write g."],
+        reference_solution=["ID:normal-ref MODE:score=5", None],
+        id=["f", "g"],
+        log_metric=metrics,
+    )
     # student 8/10 = 0.8; teacher: judge score of the reference (0.5), or 1.0 without one
     assert out == [pytest.approx(0.8 / (0.5 + EPS)), pytest.approx(0.8 / (1.0 + EPS))]
     assert metrics.last("rewards/teacher/student_score") == pytest.approx(0.8)
@@ -351,7 +367,11 @@ def test_judge_rate_limit_is_retried(judge_server, tmp_path):
 
 def test_judge_disk_cache(judge_server, tmp_path):
     cfg = judge_cfg(judge_server, tmp_path)
-    kw = {"completions": ["ID:cached-1 a", "ID:cached-2 b"], "prompts": ["p", "p"], "reference_solution": ["ID:cached-ref r"] * 2}
+    kw = {
+        "completions": ["ID:cached-1 a", "ID:cached-2 b"],
+        "prompts": ["p", "p"],
+        "reference_solution": ["ID:cached-ref r"] * 2,
+    }
     fn = teacher_relative(scorer="judge", judge=cfg)
     first = fn(**kw)
     before = stats(judge_server)["requests"]
@@ -390,8 +410,11 @@ def test_judge_authorization_header(judge_server, tmp_path, monkeypatch):
 
 
 def test_judge_via_registry_uses_output_dir(judge_server, tmp_path):
-    fn = build_reward("teacher_relative", {"scorer": "judge", "judge": {"base_url": judge_server + "/v1", "model": "m"}},
-                      context={"output_dir": str(tmp_path), "max_steps": 3})  # fmt: skip
+    fn = build_reward(
+        "teacher_relative",
+        {"scorer": "judge", "judge": {"base_url": judge_server + "/v1", "model": "m"}},
+        context={"output_dir": str(tmp_path), "max_steps": 3},
+    )
     assert fn.__name__ == "teacher_relative"
     assert fn(completions=["ID:registry x"]) == [pytest.approx(0.8 / (1 + EPS))]
     assert len(list((tmp_path / "judge_cache").glob("*.json"))) == 1
@@ -399,8 +422,13 @@ def test_judge_via_registry_uses_output_dir(judge_server, tmp_path):
 
 
 def test_judge_unreachable_endpoint_is_missing(tmp_path):
-    cfg = {"base_url": f"http://127.0.0.1:{free_port()}/v1", "model": "m", "cache_dir": str(tmp_path), "max_retries": 1,
-           "backoff_base": 0.01}  # fmt: skip
+    cfg = {
+        "base_url": f"http://127.0.0.1:{free_port()}/v1",
+        "model": "m",
+        "cache_dir": str(tmp_path),
+        "max_retries": 1,
+        "backoff_base": 0.01,
+    }
     fn = teacher_relative(scorer="judge", judge=cfg)
     assert fn(completions=["x"]) == [None]
     assert fn.stats.errors == {"connection": 1}

@@ -12,9 +12,12 @@ from __future__ import annotations
 import sys
 from typing import List, Optional
 
-
-SUBCOMMANDS = {"score": "sweeprl.score_cli", "diagnose": "sweeprl.diagnose_cli", "report": "sweeprl.report_cli",
-               "trials": "sweeprl.report_cli:trials_main"}
+SUBCOMMANDS = {
+    "score": "sweeprl.score_cli",
+    "diagnose": "sweeprl.diagnose_cli",
+    "report": "sweeprl.report_cli",
+    "trials": "sweeprl.report_cli:trials_main",
+}
 
 
 def main(argv: Optional[List[str]] = None) -> None:

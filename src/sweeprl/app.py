@@ -44,13 +44,18 @@ def _print_single_run_summary(cfg: DictConfig, result) -> None:
         table.add_row(k if k == "late_reward" or k == "final_reward" else f"- {k}", f"{v:.4g}")
     table.add_row("objective", f"{result.value:.4g}")
     console.print(table)
-    console.print(f"{result.steps} logged steps in {result.seconds:.1f} s; files in {result.output_dir}", soft_wrap=True)
+    console.print(
+        f"{result.steps} logged steps in {result.seconds:.1f} s; files in {result.output_dir}", soft_wrap=True
+    )
     findings = result.diagnosis.findings if result.diagnosis else []
     if findings:
         console.print(f"diagnosis ({len(findings)} finding(s), full report in diagnosis.md):")
         for f in findings[:3]:
             overrides = " ".join(c["override"] for c in f.recommendation["changes"] if c.get("override"))
-            console.print(f"  {f.severity.upper()} {f.id}: {f.evidence}" + (f" -> try {overrides}" if overrides else ""), soft_wrap=True)
+            console.print(
+                f"  {f.severity.upper()} {f.id}: {f.evidence}" + (f" -> try {overrides}" if overrides else ""),
+                soft_wrap=True,
+            )
     else:
         console.print("diagnosis: no problems found")
     if cfg.tracking.enabled:

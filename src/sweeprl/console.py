@@ -45,9 +45,13 @@ def trials_table(rows: Sequence[TrialRow], title: str, max_rows: int = 50) -> Ta
         cells = [rank_txt, str(r.number), r.state, _fmt(r.value)]
         if show_terms:
             late = r.terms.get("late_reward", r.terms.get("final_reward"))
-            penalties = sum(v for k, v in r.terms.items() if k not in ("late_reward", "final_reward")) if r.terms else None
+            penalties = (
+                sum(v for k, v in r.terms.items() if k not in ("late_reward", "final_reward")) if r.terms else None
+            )
             cells += [_fmt(late), _fmt(penalties)]
-        cells += [_fmt(r.params[k]) if isinstance(r.params.get(k), float) else str(r.params.get(k, "-")) for k in param_keys]
+        cells += [
+            _fmt(r.params[k]) if isinstance(r.params.get(k), float) else str(r.params.get(k, "-")) for k in param_keys
+        ]
         cells += [f"{r.seconds:.0f}" if r.seconds is not None else "-", ",".join(r.findings), r.reason]
         table.add_row(*cells)
     return table

@@ -50,10 +50,15 @@ def truncate_prompts(records: Records, tokenizer: Any, max_tokens: Optional[int]
         if isinstance(prompt, str):
             r = {**r, "prompt": _keep_last_tokens(prompt, tokenizer, max_tokens)}
         else:
-            r = {**r, "prompt": [
-                {**m, "content": _keep_last_tokens(m["content"], tokenizer, max_tokens)} if m.get("role") == "user" else m
-                for m in prompt
-            ]}  # fmt: skip
+            r = {
+                **r,
+                "prompt": [
+                    {**m, "content": _keep_last_tokens(m["content"], tokenizer, max_tokens)}
+                    if m.get("role") == "user"
+                    else m
+                    for m in prompt
+                ],
+            }
         out.append(r)
     return out
 
@@ -64,14 +69,18 @@ def build_datasets(data_cfg: DictConfig, tokenizer: Any = None) -> Tuple[Any, An
 
     _load_builtin()
     if data_cfg.name not in BUILDERS:
-        raise KeyError(f"data.name={data_cfg.name!r} is not a registered dataset; available: {', '.join(sorted(BUILDERS))}")
+        raise KeyError(
+            f"data.name={data_cfg.name!r} is not a registered dataset; available: {', '.join(sorted(BUILDERS))}"
+        )
     records = BUILDERS[data_cfg.name](data_cfg, tokenizer)
     if tokenizer is not None:
         records = truncate_prompts(records, tokenizer, data_cfg.max_prompt_length)
     train = [r for r in records if not in_validation(r["id"], data_cfg.validation_fraction)]
     val = [r for r in records if in_validation(r["id"], data_cfg.validation_fraction)]
     if not train:
-        raise ValueError(f"data: no training prompts left after holding out validation_fraction={data_cfg.validation_fraction}")
+        raise ValueError(
+            f"data: no training prompts left after holding out validation_fraction={data_cfg.validation_fraction}"
+        )
     return Dataset.from_list(train), (Dataset.from_list(val) if val else None)
 
 

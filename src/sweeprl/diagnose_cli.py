@@ -18,14 +18,23 @@ from sweeprl.history import load
 
 
 def main(argv: List[str]) -> int:
-    ap = argparse.ArgumentParser(prog="python -m sweeprl diagnose", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m sweeprl diagnose", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("source")
     ap.add_argument("--target-reward", type=float, help="report reward_below_target under this late-window reward")
     ap.add_argument("--target-kl", type=float, help=f"KL target (default {Thresholds.target_kl})")
     ap.add_argument("--format", choices=("markdown", "json"), default="markdown")
-    ap.add_argument("--threshold", action="append", default=[], metavar="NAME=VALUE",
-                    help="override a threshold: " + ", ".join(Thresholds.names()))  # fmt: skip
-    ap.add_argument("--tracking-uri", help="MLflow tracking URI for run-id sources (default: MLFLOW_TRACKING_URI or ./mlflow.db)")
+    ap.add_argument(
+        "--threshold",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="override a threshold: " + ", ".join(Thresholds.names()),
+    )
+    ap.add_argument(
+        "--tracking-uri", help="MLflow tracking URI for run-id sources (default: MLFLOW_TRACKING_URI or ./mlflow.db)"
+    )
     ap.add_argument("--out", help="also write diagnosis.md and diagnosis.json into this directory")
     args = ap.parse_args(argv)
 

@@ -23,11 +23,25 @@ from sweeprl.history import CONFIG_KEYS, PPO_OVERRIDES, RunHistory
 from sweeprl.stability import series, steps_of
 
 FINDING_IDS = (
-    "loss_spike", "loss_oscillation", "reward_below_target", "reward_flat", "reward_variance_rising",
-    "reward_cv_high", "best_of_n_gap", "mode_collapse", "entropy_collapse", "entropy_unstable", "kl_negative",
-    "kl_above_target", "value_loss_spike", "clip_fraction_high", "updates_too_small", "length_hacking",
-    "truncation_high", "non_finite",
-)  # fmt: skip
+    "loss_spike",
+    "loss_oscillation",
+    "reward_below_target",
+    "reward_flat",
+    "reward_variance_rising",
+    "reward_cv_high",
+    "best_of_n_gap",
+    "mode_collapse",
+    "entropy_collapse",
+    "entropy_unstable",
+    "kl_negative",
+    "kl_above_target",
+    "value_loss_spike",
+    "clip_fraction_high",
+    "updates_too_small",
+    "length_hacking",
+    "truncation_high",
+    "non_finite",
+)
 SEVERITIES = ("critical", "warning", "info")
 PARAMS = tuple(CONFIG_KEYS)
 LOG_PARAMS = {"learning_rate", "kl_coef"}
@@ -158,14 +172,27 @@ def _steps(run: RunHistory, keys: Sequence[str], idx: Sequence[int]) -> List[int
 
 # ------------------------------------------------------------------------------------------ findings
 def f_non_finite(run: RunHistory, th: Thresholds) -> Optional[Finding]:
-    bad = [int(r.get("step", i + 1)) for i, r in enumerate(run.records)
-           if any(k in r and not math.isfinite(r[k]) for k in stability.FINITE_WATCH)]  # fmt: skip
+    bad = [
+        int(r.get("step", i + 1))
+        for i, r in enumerate(run.records)
+        if any(k in r and not math.isfinite(r[k]) for k in stability.FINITE_WATCH)
+    ]
     if not bad:
         return None
-    return Finding("non_finite", "critical", f"{len(bad)} of {len(run.records)} logged steps have NaN/inf in reward, loss, KL, entropy or grad norm (first at step {bad[0]})",
-                   bad[:20], "numerical blow-up: the update was too large for the model (learning rate, gradient scale) or a reward returned NaN",
-                   recommendation("Lower the learning rate and clip gradients harder; check the reward for NaN.",
-                                  change(run, "learning_rate", "decrease", 0.3), change(run, "max_grad_norm", "decrease", 0.5)))  # fmt: skip
+    return Finding(
+        "non_finite",
+        "critical",
+        f"{len(bad)} of {len(run.records)} logged steps have NaN/inf in reward, loss, KL, entropy or grad norm (first "
+        f"at step {bad[0]})",
+        bad[:20],
+        "numerical blow-up: the update was too large for the model (learning rate, gradient scale) or a reward "
+        "returned NaN",
+        recommendation(
+            "Lower the learning rate and clip gradients harder; check the reward for NaN.",
+            change(run, "learning_rate", "decrease", 0.3),
+            change(run, "max_grad_norm", "decrease", 0.5),
+        ),
+    )
 
 
 def f_loss_spike(run: RunHistory, th: Thresholds) -> Optional[Finding]:
@@ -175,11 +202,21 @@ def f_loss_spike(run: RunHistory, th: Thresholds) -> Optional[Finding]:
         return None
     i = idx[0]
     before = float(np.median(np.abs(loss[:i]))) if i else 0.0
-    return Finding("loss_spike", "critical" if len(idx) > 2 else "warning",
-                   f"{len(idx)} loss spike(s); at step {_steps(run, stability.LOSS_KEYS, [i])[0]} |loss| = {_fmt(abs(loss[i]))} vs typical {_fmt(before)} ({abs(loss[i]) / max(before, 1e-12):.0f}x)",
-                   _steps(run, stability.LOSS_KEYS, idx), "an update far larger than the ones before it: learning rate too high for this batch, or an outlier batch without enough gradient clipping",
-                   recommendation("Lower the learning rate, clip gradients harder and warm up.", change(run, "learning_rate", "decrease", 0.5),
-                                  change(run, "max_grad_norm", "decrease", 0.5), change(run, "warmup_steps", "increase", 2.0)))  # fmt: skip
+    return Finding(
+        "loss_spike",
+        "critical" if len(idx) > 2 else "warning",
+        f"{len(idx)} loss spike(s); at step {_steps(run, stability.LOSS_KEYS, [i])[0]} |loss| = {_fmt(abs(loss[i]))} "
+        f"vs typical {_fmt(before)} ({abs(loss[i]) / max(before, 1e-12):.0f}x)",
+        _steps(run, stability.LOSS_KEYS, idx),
+        "an update far larger than the ones before it: learning rate too high for this batch, or an outlier batch "
+        "without enough gradient clipping",
+        recommendation(
+            "Lower the learning rate, clip gradients harder and warm up.",
+            change(run, "learning_rate", "decrease", 0.5),
+            change(run, "max_grad_norm", "decrease", 0.5),
+            change(run, "warmup_steps", "increase", 2.0),
+        ),
+    )
 
 
 def f_loss_oscillation(run: RunHistory, th: Thresholds) -> Optional[Finding]:
@@ -200,9 +237,14 @@ def f_loss_oscillation(run: RunHistory, th: Thresholds) -> Optional[Finding]:
     cv = std / abs(mean)
     if flips < th.oscillation_sign_changes or cv < 0.5:
         return None
-    return Finding("loss_oscillation", "warning", f"late-window loss alternates direction on {flips:.0%} of steps with CV {cv:.2f} around mean {_fmt(mean)}",
-                   [], "updates overshoot: the learning rate is high for the loss landscape",
-                   recommendation("Lower the learning rate.", change(run, "learning_rate", "decrease", 0.5)))  # fmt: skip
+    return Finding(
+        "loss_oscillation",
+        "warning",
+        f"late-window loss alternates direction on {flips:.0%} of steps with CV {cv:.2f} around mean {_fmt(mean)}",
+        [],
+        "updates overshoot: the learning rate is high for the loss landscape",
+        recommendation("Lower the learning rate.", change(run, "learning_rate", "decrease", 0.5)),
+    )
 
 
 def _reward(run: RunHistory) -> np.ndarray:
@@ -224,10 +266,24 @@ def f_reward_below_target(run: RunHistory, th: Thresholds) -> Optional[Finding]:
     if late.mean() >= th.target_reward:
         return None
     flat, _, _ = _is_flat(r, th)
-    rec = (recommendation("The reward is not moving: raise the learning rate.", change(run, "learning_rate", "increase", 3.0)) if flat
-           else recommendation("The reward is still rising: train longer, or raise the learning rate a little.", change(run, "learning_rate", "increase", 1.5)))  # fmt: skip
-    return Finding("reward_below_target", "warning", f"late-window reward {_fmt(float(late.mean()))} < target {_fmt(th.target_reward)}", [],
-                   "the run has not reached the reward it was meant to reach", rec)  # fmt: skip
+    rec = (
+        recommendation(
+            "The reward is not moving: raise the learning rate.", change(run, "learning_rate", "increase", 3.0)
+        )
+        if flat
+        else recommendation(
+            "The reward is still rising: train longer, or raise the learning rate a little.",
+            change(run, "learning_rate", "increase", 1.5),
+        )
+    )
+    return Finding(
+        "reward_below_target",
+        "warning",
+        f"late-window reward {_fmt(float(late.mean()))} < target {_fmt(th.target_reward)}",
+        [],
+        "the run has not reached the reward it was meant to reach",
+        rec,
+    )
 
 
 def f_reward_flat(run: RunHistory, th: Thresholds) -> Optional[Finding]:
@@ -237,10 +293,18 @@ def f_reward_flat(run: RunHistory, th: Thresholds) -> Optional[Finding]:
     flat, e, l_ = _is_flat(r, th)
     if not flat:
         return None
-    return Finding("reward_flat", "warning", f"reward {_fmt(e)} in the first window, {_fmt(l_)} in the last ({r.size} steps)", [],
-                   "no learning signal is getting through: learning rate too low, KL too tight, or the reward gives the same score to every sample",
-                   recommendation("Raise the learning rate; if frac_reward_zero_std is high, raise the temperature too.",
-                                  change(run, "learning_rate", "increase", 3.0)))  # fmt: skip
+    return Finding(
+        "reward_flat",
+        "warning",
+        f"reward {_fmt(e)} in the first window, {_fmt(l_)} in the last ({r.size} steps)",
+        [],
+        "no learning signal is getting through: learning rate too low, KL too tight, or the reward gives the same "
+        "score to every sample",
+        recommendation(
+            "Raise the learning rate; if frac_reward_zero_std is high, raise the temperature too.",
+            change(run, "learning_rate", "increase", 3.0),
+        ),
+    )
 
 
 def f_reward_variance_rising(run: RunHistory, th: Thresholds) -> Optional[Finding]:
@@ -256,10 +320,19 @@ def f_reward_variance_rising(run: RunHistory, th: Thresholds) -> Optional[Findin
     rel_e, rel_l = e / max(abs(re), 0.05), l_ / max(abs(rl), 0.05)
     if e <= 1e-9 or l_ < th.variance_rise * e or rel_l < th.variance_rise * rel_e:
         return None
-    return Finding("reward_variance_rising", "warning", f"within-group reward std rose from {_fmt(e)} to {_fmt(l_)} ({l_ / e:.1f}x) while the mean reward went {_fmt(re)} -> {_fmt(rl)}", [],
-                   "the policy is becoming erratic: some samples improve while others degrade",
-                   recommendation("Lower the learning rate and the sampling temperature.", change(run, "learning_rate", "decrease", 0.5),
-                                  change(run, "temperature", "decrease", 0.85)))  # fmt: skip
+    return Finding(
+        "reward_variance_rising",
+        "warning",
+        f"within-group reward std rose from {_fmt(e)} to {_fmt(l_)} ({l_ / e:.1f}x) while the mean reward went "
+        f"{_fmt(re)} -> {_fmt(rl)}",
+        [],
+        "the policy is becoming erratic: some samples improve while others degrade",
+        recommendation(
+            "Lower the learning rate and the sampling temperature.",
+            change(run, "learning_rate", "decrease", 0.5),
+            change(run, "temperature", "decrease", 0.85),
+        ),
+    )
 
 
 def f_reward_cv_high(run: RunHistory, th: Thresholds) -> Optional[Finding]:
@@ -273,10 +346,18 @@ def f_reward_cv_high(run: RunHistory, th: Thresholds) -> Optional[Finding]:
     cv = float(late.std()) / abs(mean)
     if cv < th.cv_high:
         return None
-    return Finding("reward_cv_high", "warning", f"late-window reward CV {cv:.2f} (std {_fmt(float(late.std()))}, mean {_fmt(mean)})", [],
-                   "the batch reward swings from step to step: too few samples per prompt to average out the noise",
-                   recommendation("Sample more completions per prompt; lower the temperature.", change(run, "num_generations", "increase", 2.0),
-                                  change(run, "temperature", "decrease", 0.85)))  # fmt: skip
+    return Finding(
+        "reward_cv_high",
+        "warning",
+        f"late-window reward CV {cv:.2f} (std {_fmt(float(late.std()))}, mean {_fmt(mean)})",
+        [],
+        "the batch reward swings from step to step: too few samples per prompt to average out the noise",
+        recommendation(
+            "Sample more completions per prompt; lower the temperature.",
+            change(run, "num_generations", "increase", 2.0),
+            change(run, "temperature", "decrease", 0.85),
+        ),
+    )
 
 
 def f_best_of_n_gap(run: RunHistory, th: Thresholds) -> Optional[Finding]:
@@ -287,10 +368,19 @@ def f_best_of_n_gap(run: RunHistory, th: Thresholds) -> Optional[Finding]:
     gap = float(_early_late(best, th)[1].mean() - _early_late(r, th)[1].mean())
     if gap < th.best_of_n_gap:
         return None
-    return Finding("best_of_n_gap", "info", f"late-window best-of-N reward exceeds the mean by {_fmt(gap)}", [],
-                   "the model can solve the task but does not do so consistently",
-                   recommendation("Keep training with more samples per prompt so the good completions dominate the update; lower the temperature.",
-                                  change(run, "num_generations", "increase", 2.0), change(run, "temperature", "decrease", 0.85)))  # fmt: skip
+    return Finding(
+        "best_of_n_gap",
+        "info",
+        f"late-window best-of-N reward exceeds the mean by {_fmt(gap)}",
+        [],
+        "the model can solve the task but does not do so consistently",
+        recommendation(
+            "Keep training with more samples per prompt so the good completions dominate the update; lower the "
+            "temperature.",
+            change(run, "num_generations", "increase", 2.0),
+            change(run, "temperature", "decrease", 0.85),
+        ),
+    )
 
 
 def f_mode_collapse(run: RunHistory, th: Thresholds) -> Optional[Finding]:
@@ -301,11 +391,20 @@ def f_mode_collapse(run: RunHistory, th: Thresholds) -> Optional[Finding]:
     if late < th.mode_collapse:
         return None
     idx = [i for i, v in enumerate(zs) if v >= th.mode_collapse]
-    return Finding("mode_collapse", "critical" if late > 0.8 else "warning",
-                   f"frac_reward_zero_std = {late:.2f} in the late window: in that share of groups every sample got the same reward",
-                   _steps(run, ("frac_reward_zero_std",), idx), "samples of a prompt have become (nearly) identical, so group-relative advantages are zero and there is no gradient",
-                   recommendation("Raise the sampling temperature and sample more completions per prompt.", change(run, "temperature", "increase", 1.15),
-                                  change(run, "num_generations", "increase", 2.0)))  # fmt: skip
+    return Finding(
+        "mode_collapse",
+        "critical" if late > 0.8 else "warning",
+        f"frac_reward_zero_std = {late:.2f} in the late window: in that share of groups every sample got the same "
+        "reward",
+        _steps(run, ("frac_reward_zero_std",), idx),
+        "samples of a prompt have become (nearly) identical, so group-relative advantages are zero and there is no "
+        "gradient",
+        recommendation(
+            "Raise the sampling temperature and sample more completions per prompt.",
+            change(run, "temperature", "increase", 1.15),
+            change(run, "num_generations", "increase", 2.0),
+        ),
+    )
 
 
 def _entropy(run: RunHistory) -> np.ndarray:
@@ -320,10 +419,19 @@ def f_entropy_collapse(run: RunHistory, th: Thresholds) -> Optional[Finding]:
     e, l_ = float(early.mean()), float(late.mean())
     if e <= 0 or 1 - l_ / e < th.entropy_drop:
         return None
-    return Finding("entropy_collapse", "critical", f"entropy fell from {_fmt(e)} to {_fmt(l_)} ({1 - l_ / e:.0%} drop)", [],
-                   "the policy became nearly deterministic: exploration is gone and the reward can only be hacked, not improved",
-                   recommendation("Raise the temperature, tighten the KL leash and lower the learning rate.", change(run, "temperature", "increase", 1.15),
-                                  change(run, "kl_coef", "increase", 2.0), change(run, "learning_rate", "decrease", 0.5)))  # fmt: skip
+    return Finding(
+        "entropy_collapse",
+        "critical",
+        f"entropy fell from {_fmt(e)} to {_fmt(l_)} ({1 - l_ / e:.0%} drop)",
+        [],
+        "the policy became nearly deterministic: exploration is gone and the reward can only be hacked, not improved",
+        recommendation(
+            "Raise the temperature, tighten the KL leash and lower the learning rate.",
+            change(run, "temperature", "increase", 1.15),
+            change(run, "kl_coef", "increase", 2.0),
+            change(run, "learning_rate", "decrease", 0.5),
+        ),
+    )
 
 
 def f_entropy_unstable(run: RunHistory, th: Thresholds) -> Optional[Finding]:
@@ -334,9 +442,14 @@ def f_entropy_unstable(run: RunHistory, th: Thresholds) -> Optional[Finding]:
     vol = float(np.std(np.diff(ent)) / start) if start > 0 else 0.0
     if vol < th.entropy_volatility:
         return None
-    return Finding("entropy_unstable", "warning", f"entropy step-to-step volatility {vol:.2f} of its starting level", [],
-                   "the sampling distribution lurches between updates",
-                   recommendation("Lower the learning rate.", change(run, "learning_rate", "decrease", 0.5)))  # fmt: skip
+    return Finding(
+        "entropy_unstable",
+        "warning",
+        f"entropy step-to-step volatility {vol:.2f} of its starting level",
+        [],
+        "the sampling distribution lurches between updates",
+        recommendation("Lower the learning rate.", change(run, "learning_rate", "decrease", 0.5)),
+    )
 
 
 def _kl(run: RunHistory) -> np.ndarray:
@@ -351,10 +464,20 @@ def f_kl_negative(run: RunHistory, th: Thresholds) -> Optional[Finding]:
     if frac < th.kl_negative_frac or float(kl.min()) > th.kl_negative_min:
         return None
     idx = [i for i, v in enumerate(kl) if v < 0]
-    return Finding("kl_negative", "warning", f"KL estimate negative on {frac:.0%} of steps (min {_fmt(float(kl.min()))})",
-                   _steps(run, stability.KL_KEYS, idx), "sampling/estimator mismatch: the k1 estimator is only non-negative on average when completions are sampled from exactly the policy that is scored (temperature 1, no top-p/top-k); otherwise, or with too few samples, it goes negative",
-                   recommendation("Sample at temperature 1.0 without top-p/top-k truncation, or use the k3 estimator (algo.kl_estimator=k3 for PPO; GRPO's kl is k3 already).",
-                                  *_temperature_to_one(run)))  # fmt: skip
+    return Finding(
+        "kl_negative",
+        "warning",
+        f"KL estimate negative on {frac:.0%} of steps (min {_fmt(float(kl.min()))})",
+        _steps(run, stability.KL_KEYS, idx),
+        "sampling/estimator mismatch: the k1 estimator is only non-negative on average when completions are sampled "
+        "from exactly the policy that is scored (temperature 1, no top-p/top-k); otherwise, or with too few samples, "
+        "it goes negative",
+        recommendation(
+            "Sample at temperature 1.0 without top-p/top-k truncation, or use the k3 estimator (algo.kl_estimator=k3 "
+            "for PPO; GRPO's kl is k3 already).",
+            *_temperature_to_one(run),
+        ),
+    )
 
 
 def _temperature_to_one(run: RunHistory) -> List[Change]:
@@ -372,11 +495,20 @@ def f_kl_above_target(run: RunHistory, th: Thresholds) -> Optional[Finding]:
     if frac < th.kl_above_frac:
         return None
     idx = [i for i, v in enumerate(kl) if v > th.target_kl]
-    return Finding("kl_above_target", "critical" if float(kl[-_w(kl.size, th):].mean()) > 5 * th.target_kl else "warning",
-                   f"KL above target {_fmt(th.target_kl)} on {frac:.0%} of steps (late mean {_fmt(float(kl[-_w(kl.size, th):].mean()))}, max {_fmt(float(kl.max()))})",
-                   _steps(run, stability.KL_KEYS, idx), "the policy drifts from the reference faster than the KL penalty holds it: learning rate too high or KL coefficient too low",
-                   recommendation("Raise the KL coefficient and lower the learning rate.", change(run, "kl_coef", "increase", 2.0),
-                                  change(run, "learning_rate", "decrease", 0.5)))  # fmt: skip
+    return Finding(
+        "kl_above_target",
+        "critical" if float(kl[-_w(kl.size, th) :].mean()) > 5 * th.target_kl else "warning",
+        f"KL above target {_fmt(th.target_kl)} on {frac:.0%} of steps (late mean "
+        f"{_fmt(float(kl[-_w(kl.size, th) :].mean()))}, max {_fmt(float(kl.max()))})",
+        _steps(run, stability.KL_KEYS, idx),
+        "the policy drifts from the reference faster than the KL penalty holds it: learning rate too high or KL "
+        "coefficient too low",
+        recommendation(
+            "Raise the KL coefficient and lower the learning rate.",
+            change(run, "kl_coef", "increase", 2.0),
+            change(run, "learning_rate", "decrease", 0.5),
+        ),
+    )
 
 
 def f_value_loss_spike(run: RunHistory, th: Thresholds) -> Optional[Finding]:
@@ -384,10 +516,20 @@ def f_value_loss_spike(run: RunHistory, th: Thresholds) -> Optional[Finding]:
     idx = stability.robust_spikes(vl, k=th.spike_k)
     if not idx:
         return None
-    return Finding("value_loss_spike", "warning", f"{len(idx)} value-loss spike(s), largest {_fmt(float(max(vl[i] for i in idx)))} vs median {_fmt(float(np.median(vl)))}",
-                   _steps(run, stability.VALUE_LOSS_KEYS, idx), "the critic's targets jumped (reward scale change or a bad batch); a large value loss dominates the shared trunk",
-                   recommendation("Lower the value-loss weight and clip value updates harder.", change(run, "vf_coef", "decrease", 0.5),
-                                  change(run, "cliprange", "decrease", 0.5)))  # fmt: skip
+    return Finding(
+        "value_loss_spike",
+        "warning",
+        f"{len(idx)} value-loss spike(s), largest {_fmt(float(max(vl[i] for i in idx)))} vs median "
+        f"{_fmt(float(np.median(vl)))}",
+        _steps(run, stability.VALUE_LOSS_KEYS, idx),
+        "the critic's targets jumped (reward scale change or a bad batch); a large value loss dominates the shared "
+        "trunk",
+        recommendation(
+            "Lower the value-loss weight and clip value updates harder.",
+            change(run, "vf_coef", "decrease", 0.5),
+            change(run, "cliprange", "decrease", 0.5),
+        ),
+    )
 
 
 def f_clip_fraction_high(run: RunHistory, th: Thresholds) -> Optional[Finding]:
@@ -397,9 +539,14 @@ def f_clip_fraction_high(run: RunHistory, th: Thresholds) -> Optional[Finding]:
     late = float(_early_late(cf, th)[1].mean())
     if late < th.clip_fraction:
         return None
-    return Finding("clip_fraction_high", "warning", f"clip fraction {late:.2f} in the late window", [],
-                   "most tokens hit the trust-region clip: updates are too large for the clip range",
-                   recommendation("Lower the learning rate.", change(run, "learning_rate", "decrease", 0.5)))  # fmt: skip
+    return Finding(
+        "clip_fraction_high",
+        "warning",
+        f"clip fraction {late:.2f} in the late window",
+        [],
+        "most tokens hit the trust-region clip: updates are too large for the clip range",
+        recommendation("Lower the learning rate.", change(run, "learning_rate", "decrease", 0.5)),
+    )
 
 
 def f_updates_too_small(run: RunHistory, th: Thresholds) -> Optional[Finding]:
@@ -423,13 +570,20 @@ def f_updates_too_small(run: RunHistory, th: Thresholds) -> Optional[Finding]:
         bits.append(f"clip fraction {_fmt(float(cf.mean()))}")
     if ent.size > 1:
         bits.append(f"entropy {_fmt(float(ent[0]))} -> {_fmt(float(ent[-1]))}")
-    return Finding("updates_too_small", "warning", "reward flat while the policy barely moves: " + ", ".join(bits), [],
-                   "the learning rate is too low: each update changes the policy by almost nothing",
-                   recommendation("Raise the learning rate (by 3-10x).", change(run, "learning_rate", "increase", 3.0)))  # fmt: skip
+    return Finding(
+        "updates_too_small",
+        "warning",
+        "reward flat while the policy barely moves: " + ", ".join(bits),
+        [],
+        "the learning rate is too low: each update changes the policy by almost nothing",
+        recommendation("Raise the learning rate (by 3-10x).", change(run, "learning_rate", "increase", 3.0)),
+    )
 
 
 def f_length_hacking(run: RunHistory, th: Thresholds) -> Optional[Finding]:
-    pairs = [(rec.get("reward", rec.get("objective/scores")), rec.get("completions/mean_length")) for rec in run.records]
+    pairs = [
+        (rec.get("reward", rec.get("objective/scores")), rec.get("completions/mean_length")) for rec in run.records
+    ]
     pairs = [(a, b) for a, b in pairs if a is not None and b is not None and math.isfinite(a) and math.isfinite(b)]
     if len(pairs) < 8:
         return None
@@ -441,10 +595,18 @@ def f_length_hacking(run: RunHistory, th: Thresholds) -> Optional[Finding]:
     rel = float(late.mean() / max(early.mean(), 1e-9) - 1)
     if abs(corr) < th.length_corr or abs(rel) < th.length_change:
         return None
-    return Finding("length_hacking", "warning", f"reward–length correlation {corr:+.2f}; mean completion length {_fmt(float(early.mean()))} -> {_fmt(float(late.mean()))} ({rel:+.0%})", [],
-                   "the reward is being earned through completion length rather than content",
-                   recommendation("Cap the completion length (or add a length term to the reward).",
-                                  change(run, "max_completion_length", "decrease" if rel > 0 else "increase", 0.5 if rel > 0 else 2.0)))  # fmt: skip
+    return Finding(
+        "length_hacking",
+        "warning",
+        f"reward–length correlation {corr:+.2f}; mean completion length {_fmt(float(early.mean()))} -> "
+        f"{_fmt(float(late.mean()))} ({rel:+.0%})",
+        [],
+        "the reward is being earned through completion length rather than content",
+        recommendation(
+            "Cap the completion length (or add a length term to the reward).",
+            change(run, "max_completion_length", "decrease" if rel > 0 else "increase", 0.5 if rel > 0 else 2.0),
+        ),
+    )
 
 
 def f_truncation_high(run: RunHistory, th: Thresholds) -> Optional[Finding]:
@@ -454,17 +616,36 @@ def f_truncation_high(run: RunHistory, th: Thresholds) -> Optional[Finding]:
     late = float(_early_late(tr, th)[1].mean())
     if late < th.truncation:
         return None
-    return Finding("truncation_high", "warning", f"{late:.0%} of completions hit the maximum length in the late window", [],
-                   "completions are cut off before they finish, so their reward is noise (and runaway penalties dominate)",
-                   recommendation("Allow longer completions.", change(run, "max_completion_length", "increase", 2.0)))  # fmt: skip
+    return Finding(
+        "truncation_high",
+        "warning",
+        f"{late:.0%} of completions hit the maximum length in the late window",
+        [],
+        "completions are cut off before they finish, so their reward is noise (and runaway penalties dominate)",
+        recommendation("Allow longer completions.", change(run, "max_completion_length", "increase", 2.0)),
+    )
 
 
 CHECKS = (
-    f_non_finite, f_loss_spike, f_loss_oscillation, f_reward_below_target, f_reward_flat, f_reward_variance_rising,
-    f_reward_cv_high, f_best_of_n_gap, f_mode_collapse, f_entropy_collapse, f_entropy_unstable, f_kl_negative,
-    f_kl_above_target, f_value_loss_spike, f_clip_fraction_high, f_updates_too_small, f_length_hacking,
+    f_non_finite,
+    f_loss_spike,
+    f_loss_oscillation,
+    f_reward_below_target,
+    f_reward_flat,
+    f_reward_variance_rising,
+    f_reward_cv_high,
+    f_best_of_n_gap,
+    f_mode_collapse,
+    f_entropy_collapse,
+    f_entropy_unstable,
+    f_kl_negative,
+    f_kl_above_target,
+    f_value_loss_spike,
+    f_clip_fraction_high,
+    f_updates_too_small,
+    f_length_hacking,
     f_truncation_high,
-)  # fmt: skip
+)
 
 
 # ------------------------------------------------------------------------------------------ summary
@@ -489,9 +670,19 @@ def summary(run: RunHistory, n_windows: int = 8) -> Dict[str, Any]:
     rows = []
     for label, part in groups:
         rw = series(part, *stability.REWARD_KEYS)
-        row = {"window": label, "reward": float(rw.mean()) if rw.size else None, "reward_var": float(rw.var()) if rw.size else None,
-               "reward_trend": stability.slope(rw) if rw.size > 1 else 0.0}  # fmt: skip
-        for key, name in (("loss", "loss"), ("reward_std", "reward_std"), ("kl", "kl"), ("entropy", "entropy"), ("objective/kl", "kl")):
+        row = {
+            "window": label,
+            "reward": float(rw.mean()) if rw.size else None,
+            "reward_var": float(rw.var()) if rw.size else None,
+            "reward_trend": stability.slope(rw) if rw.size > 1 else 0.0,
+        }
+        for key, name in (
+            ("loss", "loss"),
+            ("reward_std", "reward_std"),
+            ("kl", "kl"),
+            ("entropy", "entropy"),
+            ("objective/kl", "kl"),
+        ):
             s = series(part, key)
             if s.size and name not in row:
                 row[name] = float(s.mean())
@@ -517,7 +708,9 @@ def next_sweep(run: RunHistory, findings: Sequence[Finding]) -> Dict[str, Any]:
     for f in findings:
         for c in f.recommendation["changes"]:
             if c.get("factor"):
-                votes.setdefault(c["param"], []).append(float(c["factor"]) if c["direction"] == "increase" else min(float(c["factor"]), 1.0))
+                votes.setdefault(c["param"], []).append(
+                    float(c["factor"]) if c["direction"] == "increase" else min(float(c["factor"]), 1.0)
+                )
     params: Dict[str, str] = dict(run.sweep_params)
     reasons: Dict[str, str] = {}
     for param, factors in votes.items():
@@ -528,7 +721,13 @@ def next_sweep(run: RunHistory, findings: Sequence[Finding]) -> Dict[str, Any]:
         target = float(current) * factor
         key = _param_path(param, run.algo)
         if param in INT_PARAMS:
-            choices = sorted({max(2, int(round(target / 2)) * 2), max(2, int(round(current))), max(2, int(round(target * 1.5 / 2)) * 2)})
+            choices = sorted(
+                {
+                    max(2, int(round(target / 2)) * 2),
+                    max(2, int(round(current))),
+                    max(2, int(round(target * 1.5 / 2)) * 2),
+                }
+            )
             params[key] = "choice(" + ", ".join(str(c) for c in choices) + ")"
         else:
             lo, hi = (target / 2, target * 2) if param in LOG_PARAMS else (target * 0.8, target * 1.25)
@@ -556,7 +755,9 @@ def to_markdown(d: Diagnosis) -> str:
     s = d.summary
     lines = [f"# Diagnosis of {d.source}", ""]
     cfg = ", ".join(f"{k}={v}" for k, v in s.get("config", {}).items())
-    lines.append(f"{s['steps']} logged steps" + (f"; algo {s['algo']}" if s.get("algo") else "") + (f"; {cfg}" if cfg else ""))
+    lines.append(
+        f"{s['steps']} logged steps" + (f"; algo {s['algo']}" if s.get("algo") else "") + (f"; {cfg}" if cfg else "")
+    )
     lines += ["", "## Summary", ""]
     cols = ["window", "reward", "reward_var", "reward_trend", "loss", "reward_std", "kl", "entropy"]
     cols = [c for c in cols if any(c in r for r in s["windows"])]
@@ -566,21 +767,34 @@ def to_markdown(d: Diagnosis) -> str:
         lines.append("| " + " | ".join(r[c] if c == "window" else _fmt(r.get(c)) for c in cols) + " |")
     st = s.get("stability")
     if st:
-        lines += ["", f"Late reward {_fmt(st['late_reward'])} (start {_fmt(st['reward_start'])}, slope {_fmt(st['late_slope'])}/step); "
-                  f"dispersion {_fmt(st['dispersion_time'])}, short-term risk {_fmt(st['short_term_risk'])}, long-term risk {_fmt(st['long_term_risk'])} (fractions of the reward range)."]  # fmt: skip
+        lines += [
+            "",
+            f"Late reward {_fmt(st['late_reward'])} (start {_fmt(st['reward_start'])}, slope "
+            f"{_fmt(st['late_slope'])}/step); "
+            f"dispersion {_fmt(st['dispersion_time'])}, short-term risk {_fmt(st['short_term_risk'])}, long-term risk "
+            f"{_fmt(st['long_term_risk'])} (fractions of the reward range).",
+        ]
     lines += ["", "## Findings", ""]
     if not d.findings:
         lines.append("No problems found.")
     for i, f in enumerate(d.findings, 1):
-        lines.append(f"{i}. **{f.id}** ({f.severity}) — {f.evidence}" + (f" (steps {', '.join(map(str, f.steps[:10]))})" if f.steps else ""))
+        lines.append(
+            f"{i}. **{f.id}** ({f.severity}) — {f.evidence}"
+            + (f" (steps {', '.join(map(str, f.steps[:10]))})" if f.steps else "")
+        )
         lines.append(f"   - cause: {f.cause}")
         lines.append(f"   - try: {f.recommendation['text']}")
         overrides = [c["override"] for c in f.recommendation["changes"] if c.get("override")]
         if overrides:
             lines.append(f"   - overrides: `{' '.join(overrides)}`")
     if d.next_sweep.get("params"):
-        lines += ["", "## Next sweep", "", "```bash",
-                  "python -m sweeprl -m ... +sweep_from=diagnosis.json   # runs these ranges:"]  # fmt: skip
+        lines += [
+            "",
+            "## Next sweep",
+            "",
+            "```bash",
+            "python -m sweeprl -m ... +sweep_from=diagnosis.json   # runs these ranges:",
+        ]
         for k, v in d.next_sweep["params"].items():
             why = d.next_sweep.get("reasons", {}).get(k)
             lines.append(f"#   {k}: {v}" + (f"   ({why})" if why else ""))

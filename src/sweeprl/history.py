@@ -76,7 +76,9 @@ def normalise(record: Dict[str, Any], index: int) -> Dict[str, float]:
             continue
         out.setdefault(key, num)
     if "step" not in out:
-        out["step"] = float(record.get("epoch", index + 1)) if "epoch" in record and "step" not in record else float(index + 1)
+        out["step"] = (
+            float(record.get("epoch", index + 1)) if "epoch" in record and "step" not in record else float(index + 1)
+        )
     return out
 
 
@@ -167,8 +169,13 @@ def _mlflow_run(run_id: str, tracking_uri: Optional[str]) -> RunHistory:
             node[parts[-1]] = _parse_scalar(value)
     config, algo = config_values(resolved)
     target_kl = (resolved.get("objective") or {}).get("target_kl")
-    return RunHistory(source=f"runs:/{run_id}", records=_records(rows), config=config, algo=algo,
-                      target_kl=float(target_kl) if target_kl is not None else None)
+    return RunHistory(
+        source=f"runs:/{run_id}",
+        records=_records(rows),
+        config=config,
+        algo=algo,
+        target_kl=float(target_kl) if target_kl is not None else None,
+    )
 
 
 def _parse_scalar(value: str) -> Any:

@@ -38,7 +38,15 @@ import numpy as np
 from sweeprl import stability
 from sweeprl.stability import KL_KEYS, series
 
-PENALTIES = ("dispersion", "drawdown", "short_term_risk", "kl_excess", "entropy_collapse", "mode_collapse", "non_finite")
+PENALTIES = (
+    "dispersion",
+    "drawdown",
+    "short_term_risk",
+    "kl_excess",
+    "entropy_collapse",
+    "mode_collapse",
+    "non_finite",
+)
 EVAL_REWARD_KEYS = ("eval_reward", "eval_objective/scores")
 
 
@@ -72,13 +80,15 @@ def stability_terms(history: Sequence[Mapping[str, Any]], objective_cfg: Any) ->
     """The unweighted quantities of the stability-adjusted objective (see module docstring)."""
     keys = (objective_cfg.reward_key, *stability.REWARD_KEYS)
     try:
-        rep = stability.compute(history, window=objective_cfg.window, target_kl=objective_cfg.target_kl, reward_keys=keys)
+        rep = stability.compute(
+            history, window=objective_cfg.window, target_kl=objective_cfg.target_kl, reward_keys=keys
+        )
     except ValueError as exc:
         raise ObjectiveError(str(exc)) from exc
     late_reward = rep.late_reward
     eval_r = series(history, *EVAL_REWARD_KEYS)
     if eval_r.size:
-        late_reward = float(eval_r[-stability.window_size(eval_r.size, objective_cfg.window):].mean())
+        late_reward = float(eval_r[-stability.window_size(eval_r.size, objective_cfg.window) :].mean())
     kl = series(history, *KL_KEYS)
     raw = rep.as_dict()
     raw.update(

@@ -44,7 +44,9 @@ def options(data_cfg: DictConfig) -> Dict[str, Any]:
     given = OmegaConf.to_container(data_cfg.kwargs, resolve=True) if data_cfg.kwargs else {}
     unknown = set(given) - set(DEFAULTS)
     if unknown:
-        raise KeyError(f"data.kwargs has unknown key(s) {sorted(unknown)} for data=ocaml_problems; allowed: {', '.join(DEFAULTS)}")
+        raise KeyError(
+            f"data.kwargs has unknown key(s) {sorted(unknown)} for data=ocaml_problems; allowed: {', '.join(DEFAULTS)}"
+        )
     opts = {**DEFAULTS, **given}
     opts["columns"] = {**DEFAULTS["columns"], **(given.get("columns") or {})}
     if opts["source"] not in SOURCES:
@@ -113,7 +115,11 @@ def format_prompt(task: str, opts: Mapping[str, Any], tokenizer: Any) -> Any:
 def ocaml_problems(data_cfg: DictConfig, tokenizer: Any = None) -> Records:
     opts = options(data_cfg)
     return [
-        {"id": p["id"], "prompt": format_prompt(p["prompt"], opts, tokenizer), "tests": p["tests"],
-         "reference_solution": p.get("reference_solution") or ""}  # teacher_relative's teacher
+        {
+            "id": p["id"],
+            "prompt": format_prompt(p["prompt"], opts, tokenizer),
+            "tests": p["tests"],
+            "reference_solution": p.get("reference_solution") or "",
+        }  # teacher_relative's teacher
         for p in load_problems(opts)
-    ]  # fmt: skip
+    ]

@@ -73,8 +73,17 @@ class RunningTrial:
 class SweepProgress:
     """Counts, best trial and running trials of one sweep, shown live (TTY) or as plain lines."""
 
-    def __init__(self, study_name: str, n_trials: int, *, max_steps: Optional[int] = None, parallel: int = 1,
-                 mode: str = "auto", console: Optional[Console] = None, maximize: bool = True):  # fmt: skip
+    def __init__(
+        self,
+        study_name: str,
+        n_trials: int,
+        *,
+        max_steps: Optional[int] = None,
+        parallel: int = 1,
+        mode: str = "auto",
+        console: Optional[Console] = None,
+        maximize: bool = True,
+    ):
         if mode not in MODES:
             raise ValueError(f"hydra.sweeper.progress={mode!r}; allowed: {', '.join(MODES)}")
         self.study_name = study_name
@@ -136,12 +145,18 @@ class SweepProgress:
 
     def status_line(self) -> str:
         c = self.counts
-        parts = [f"{self.finished}/{self.n_trials} finished ({c['COMPLETE']} complete, {c['PRUNED']} pruned, "
-                 f"{c['FAIL']} failed this run)", f"{len(self.running)} running"]  # fmt: skip
+        parts = [
+            f"{self.finished}/{self.n_trials} finished ({c['COMPLETE']} complete, {c['PRUNED']} pruned, "
+            f"{c['FAIL']} failed this run)",
+            f"{len(self.running)} running",
+        ]
         if self.best is not None:
             parts.append(f"best {self.best[0]:.4g} (trial {self.best[1]}: {self.best[2]})")
         eta = self.eta_seconds() if self.finished < self.n_trials else None
-        parts.append(f"elapsed {format_seconds(time.monotonic() - self.started)}" + (f", ETA {format_seconds(eta)}" if eta is not None else ""))
+        parts.append(
+            f"elapsed {format_seconds(time.monotonic() - self.started)}"
+            + (f", ETA {format_seconds(eta)}" if eta is not None else "")
+        )
         return "; ".join(parts)
 
     # ------------------------------------------------------------------ live panel
@@ -151,8 +166,14 @@ class SweepProgress:
             header = Text(f"sweep {self.study_name}: ", style="bold")
             header.append(self.status_line())
         table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
-        for col, justify in (("trial", "right"), ("step", "right"), ("reward", "right"), ("kl", "right"),
-                             ("elapsed", "right"), ("params", "left")):  # fmt: skip
+        for col, justify in (
+            ("trial", "right"),
+            ("step", "right"),
+            ("reward", "right"),
+            ("kl", "right"),
+            ("elapsed", "right"),
+            ("params", "left"),
+        ):
             table.add_column(col, justify=justify, no_wrap=col != "params")
         now = time.monotonic()
         for run in running:
@@ -162,14 +183,26 @@ class SweepProgress:
             step_txt = "-" if step is None else (f"{int(step)}/{self.max_steps}" if self.max_steps else str(int(step)))
             reward = record.get("reward", record.get("objective/scores"))
             kl = record.get("kl", record.get("objective/kl"))
-            table.add_row(str(run.number), step_txt, "-" if reward is None else f"{reward:.4g}", "-" if kl is None else f"{kl:.4g}",
-                          format_seconds(now - run.started), run.params)  # fmt: skip
+            table.add_row(
+                str(run.number),
+                step_txt,
+                "-" if reward is None else f"{reward:.4g}",
+                "-" if kl is None else f"{kl:.4g}",
+                format_seconds(now - run.started),
+                run.params,
+            )
         return Group(header, table) if running else Group(header)
 
     def __enter__(self) -> "SweepProgress":
         if self.mode == "live":
-            self._live = Live(get_renderable=self.render, console=self.console, refresh_per_second=2,
-                              redirect_stdout=True, redirect_stderr=True, transient=False)  # fmt: skip
+            self._live = Live(
+                get_renderable=self.render,
+                console=self.console,
+                refresh_per_second=2,
+                redirect_stdout=True,
+                redirect_stderr=True,
+                transient=False,
+            )
             self._live.start()
             self._route_logging()
         return self
@@ -182,7 +215,10 @@ class SweepProgress:
 
     def _route_logging(self) -> None:
         """Terminal log handlers write through the live console (above the panel) while it is shown."""
-        loggers = [logging.getLogger(), *(lg for lg in logging.Logger.manager.loggerDict.values() if isinstance(lg, logging.Logger))]
+        loggers = [
+            logging.getLogger(),
+            *(lg for lg in logging.Logger.manager.loggerDict.values() if isinstance(lg, logging.Logger)),
+        ]
         for handler in {h for lg in loggers for h in lg.handlers}:
             if isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler):
                 if handler.stream in (sys.__stdout__, sys.__stderr__):
@@ -198,9 +234,10 @@ def best_of(study: Any, maximize: bool, param_text) -> Optional[tuple[float, int
     """(value, number, params) of a single-objective study's best trial, or None."""
     from optuna.trial import TrialState
 
-    done = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if t.values and len(t.values) == 1]
+    done = [
+        t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if t.values and len(t.values) == 1
+    ]
     if not done:
         return None
     best = max(done, key=lambda t: t.values[0]) if maximize else min(done, key=lambda t: t.values[0])
     return best.values[0], best.number, param_text(best.params)
-

@@ -72,7 +72,10 @@ class Guards:
             floor = c.entropy_floor * (s.entropy_start or 0.0)
             s.entropy = s.entropy + 1 if (s.entropy_start and ent < floor) else 0
             if s.entropy >= c.entropy_patience:
-                return f"guard:entropy_collapse: entropy {ent:.4g} < {c.entropy_floor:g} x start {s.entropy_start:.4g} for {s.entropy} steps"
+                return (
+                    f"guard:entropy_collapse: entropy {ent:.4g} < {c.entropy_floor:g} x start "
+                    f"{s.entropy_start:.4g} for {s.entropy} steps"
+                )
         return None
 
 
@@ -121,10 +124,19 @@ class PruningCallback(TrainerCallback):
         if not logs or "train_runtime" in logs or self.reason:
             return
         step = int(state.global_step)
-        rec = {"step": step, **{k: float(v) for k, v in logs.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}}
+        rec = {
+            "step": step,
+            **{k: float(v) for k, v in logs.items() if isinstance(v, (int, float)) and not isinstance(v, bool)},
+        }
         self.history.append(rec)
         reason = self.guards.check(rec)
-        if reason is None and self.trial is not None and not self.multi_objective and step >= self.min_steps and step % self.report_every == 0:
+        if (
+            reason is None
+            and self.trial is not None
+            and not self.multi_objective
+            and step >= self.min_steps
+            and step % self.report_every == 0
+        ):
             try:
                 value = compute_objective(self.history, self.cfg.objective).value
             except ObjectiveError:

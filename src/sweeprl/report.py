@@ -119,20 +119,31 @@ def _study_names(storage: optuna.storages.BaseStorage, url: str) -> List[str]:
         raise ReportError(f"storage {url!r} cannot be read: {type(exc).__name__}: {_first_line(exc)}") from exc
 
 
-def open_study(study_name: Optional[str] = None, storage: Optional[str] = None, sweep_dir: Optional[str] = None) -> StudyRef:
+def open_study(
+    study_name: Optional[str] = None, storage: Optional[str] = None, sweep_dir: Optional[str] = None
+) -> StudyRef:
     """Resolve STUDY: a sweep dir (its ``optuna.db``, or ``storage``; the study is the only one in the storage
     or the one named like the dir) or a study name + storage URL. Raises :class:`ReportError`."""
     if sweep_dir is not None:
         d = Path(sweep_dir)
         if not d.is_dir():
-            raise ReportError(f"{sweep_dir}: not a directory (expected a sweep dir such as multirun/<study>/ or a study name with --storage)")
+            raise ReportError(
+                f"{sweep_dir}: not a directory (expected a sweep dir such as multirun/<study>/ or a study name with "
+                "--storage)"
+            )
         db = d / "optuna.db"
         if storage is None:
             if not db.is_file():
-                raise ReportError(f"{sweep_dir}: no optuna.db in this directory (not a sweeprl sweep dir); pass --storage URL if the study lives elsewhere")
+                raise ReportError(
+                    f"{sweep_dir}: no optuna.db in this directory (not a sweeprl sweep dir); pass --storage URL if "
+                    "the study lives elsewhere"
+                )
             storage = f"sqlite:///{db.resolve()}"
     if storage is None:
-        raise ReportError(f"study {study_name!r}: a storage URL is required (--storage sqlite:///path/optuna.db) unless STUDY is a sweep dir")
+        raise ReportError(
+            f"study {study_name!r}: a storage URL is required (--storage sqlite:///path/optuna.db) unless STUDY is a "
+            "sweep dir"
+        )
     backend = _open_storage(storage)
     names = _study_names(backend, storage)
     if not names:
@@ -144,7 +155,10 @@ def open_study(study_name: Optional[str] = None, storage: Optional[str] = None, 
         elif dir_name in names:
             study_name = dir_name
         else:
-            raise ReportError(f"storage {storage!r} holds {len(names)} studies ({', '.join(sorted(names))}); none is named {dir_name!r}: pass the study name")
+            raise ReportError(
+                f"storage {storage!r} holds {len(names)} studies ({', '.join(sorted(names))}); none is named "
+                f"{dir_name!r}: pass the study name"
+            )
     elif study_name not in names:
         import difflib
 
@@ -154,7 +168,9 @@ def open_study(study_name: Optional[str] = None, storage: Optional[str] = None, 
     try:
         study = optuna.load_study(study_name=study_name, storage=backend)
     except Exception as exc:  # noqa: BLE001
-        raise ReportError(f"study {study_name!r} in {storage!r} cannot be loaded: {type(exc).__name__}: {_first_line(exc)}") from exc
+        raise ReportError(
+            f"study {study_name!r} in {storage!r} cannot be loaded: {type(exc).__name__}: {_first_line(exc)}"
+        ) from exc
     if sweep_dir is None:
         sweep_dir = _sweep_dir_from_trials(study) or (os.path.dirname(_sqlite_path(storage) or "") or None)
         if sweep_dir and not os.path.isdir(sweep_dir):
@@ -321,7 +337,9 @@ def _is_num(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def _param_condition(param: str, with_v: List[Any], without_v: List[Any]) -> Tuple[Optional[str], Optional[Tuple[str, int, int]], str]:
+def _param_condition(
+    param: str, with_v: List[Any], without_v: List[Any]
+) -> Tuple[Optional[str], Optional[Tuple[str, int, int]], str]:
     """For one param and one finding: (separating condition or None, best one-sided condition that is not
     separating as (text, trials there with the finding, trials there), range of the trials with the finding)."""
     if all(_is_num(v) for v in with_v + without_v):
@@ -334,7 +352,10 @@ def _param_condition(param: str, with_v: List[Any], without_v: List[Any]) -> Tup
         if hi < min(without_v):
             return f"{param} <= {_g(hi)}", None, rng
         best = None
-        for text, inside in ((f"{param} >= {_g(lo)}", [v for v in without_v if v >= lo]), (f"{param} <= {_g(hi)}", [v for v in without_v if v <= hi])):
+        for text, inside in (
+            (f"{param} >= {_g(lo)}", [v for v in without_v if v >= lo]),
+            (f"{param} <= {_g(hi)}", [v for v in without_v if v <= hi]),
+        ):
             if len(inside) == len(without_v):
                 continue  # the condition holds everywhere: says nothing
             there = len(with_v) + len(inside)
@@ -434,7 +455,9 @@ def _narrow(dist: BaseDistribution, values: List[Any], shift: Optional[Tuple[str
     (beyond the searched range if need be)."""
     if isinstance(dist, CategoricalDistribution):
         keep = [c for c in dist.choices if c in values] or list(dist.choices)
-        return "choice(" + ", ".join(str(c) for c in keep) + ")", f"the values of the top trials ({', '.join(map(str, keep))})"
+        return "choice(" + ", ".join(
+            str(c) for c in keep
+        ) + ")", f"the values of the top trials ({', '.join(map(str, keep))})"
     assert isinstance(dist, (FloatDistribution, IntDistribution))
     vmin, vmax = float(min(values)), float(max(values))
     low, high = float(dist.low), float(dist.high)
@@ -517,14 +540,25 @@ def suggest_next_sweep(study: optuna.Study, infos: Sequence[TrialInfo], top_k: i
             shift = None
             recs = [per_trial.get(i.number, {}).get(p) for i in top]
             given = [r for r in recs if r]
-            if given and len(given) * 2 >= len(top) and len({d for d, _ in given}) == 1 and not isinstance(dist, CategoricalDistribution):
+            if (
+                given
+                and len(given) * 2 >= len(top)
+                and len({d for d, _ in given}) == 1
+                and not isinstance(dist, CategoricalDistribution)
+            ):
                 direction = given[0][0]
                 factors = [f for _, f in given]
                 factor = float(math.exp(sum(math.log(max(f, 1e-12)) for f in factors) / len(factors)))
                 # only toward a side the sweep has not explored: below (above) the top trials, no finished trial
                 others = [i.row.params[p] for i in infos if i.row.state in ("COMPLETE", "PRUNED") and p in i.row.params]
-                unexplored = (all(v >= min(values) for v in others) if direction == "decrease" else all(v <= max(values) for v in others))
-                if unexplored and ((direction == "decrease" and factor < 1) or (direction == "increase" and factor > 1)):
+                unexplored = (
+                    all(v >= min(values) for v in others)
+                    if direction == "decrease"
+                    else all(v <= max(values) for v in others)
+                )
+                if unexplored and (
+                    (direction == "decrease" and factor < 1) or (direction == "increase" and factor > 1)
+                ):
                     shift = (direction, factor, f"the diagnoses of {len(given)} of the {len(top)} top trials")
             params[p], reasons[p] = _narrow(dist, values, shift)
     return {
@@ -694,8 +728,11 @@ def curves_figure(top: Sequence[TrialInfo], worst: Optional[TrialInfo], target_k
             continue
         value = info.row.value
         label = f"#{info.number} " + ("most unstable" if dashed else f"rank {idx + 1}") + f" (objective {_g(value)})"
-        style = {"color": "0.35" if dashed else colors[idx % len(colors)], "linestyle": "--" if dashed else "-",
-                 "linewidth": 1.4 if dashed else 1.8}  # fmt: skip
+        style = {
+            "color": "0.35" if dashed else colors[idx % len(colors)],
+            "linestyle": "--" if dashed else "-",
+            "linewidth": 1.4 if dashed else 1.8,
+        }
         for ax, name in zip(axes, CURVE_KEYS):
             if name in curves:
                 ax.plot(*curves[name], label=label, **style)
@@ -709,7 +746,9 @@ def curves_figure(top: Sequence[TrialInfo], worst: Optional[TrialInfo], target_k
     axes[0].set_title("Top trials (solid) vs the most unstable completed trial (dashed)", fontsize=11)
     axes[0].legend(fontsize=8, loc="best")
     if target_kl is not None:
-        line = axes[1].axhline(target_kl, color="tab:red", linewidth=0.8, linestyle=":", label=f"objective.target_kl {_g(target_kl)}")
+        line = axes[1].axhline(
+            target_kl, color="tab:red", linewidth=0.8, linestyle=":", label=f"objective.target_kl {_g(target_kl)}"
+        )
         axes[1].legend(handles=[line], fontsize=8, loc="best")
     axes[-1].set_xlabel("step")
     return fig
@@ -732,10 +771,24 @@ def terms_figure(top: Sequence[TrialInfo]):
         bottom = 0.0
         for j, n in enumerate(names):
             v = float(info.row.terms.get(n, 0.0))
-            ax.bar(x + width / 2, v, width, bottom=bottom, color=PENALTY_COLORS[j % len(PENALTY_COLORS)], label=n if x == 0 else None)
+            ax.bar(
+                x + width / 2,
+                v,
+                width,
+                bottom=bottom,
+                color=PENALTY_COLORS[j % len(PENALTY_COLORS)],
+                label=n if x == 0 else None,
+            )
             bottom += v
         if info.row.value is not None:
-            ax.plot([x], [info.row.value], marker="D", color="black", linestyle="none", label="objective" if x == 0 else None)
+            ax.plot(
+                [x],
+                [info.row.value],
+                marker="D",
+                color="black",
+                linestyle="none",
+                label="objective" if x == 0 else None,
+            )
     ax.set_xticks(range(len(rows)), [f"#{i.number} (rank {k + 1})" for k, i in enumerate(rows)])
     ax.axhline(0, color="black", linewidth=0.6)
     ax.set_ylabel("reward units")
@@ -810,9 +863,17 @@ code { font-family: SFMono-Regular, Consolas, Menlo, monospace; }
 
 def to_html(blocks: Sequence[Block], title: str) -> str:
     e = html.escape
-    parts = ["<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
-             '<meta name="viewport" content="width=device-width, initial-scale=1">',
-             f"<title>{e(title)}</title>", f"<style>{CSS}</style>", "</head>", "<body>"]  # fmt: skip
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en">',
+        "<head>",
+        '<meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>{e(title)}</title>",
+        f"<style>{CSS}</style>",
+        "</head>",
+        "<body>",
+    ]
     for b in blocks:
         if b.kind in ("h1", "h2", "h3"):
             anchor = re.sub(r"[^a-z0-9]+", "-", b.text.lower()).strip("-")
@@ -826,18 +887,37 @@ def to_html(blocks: Sequence[Block], title: str) -> str:
         elif b.kind == "code":
             parts.append(f"<pre><code>{e(b.text)}</code></pre>")
         elif b.kind == "table":
-            text_cols = {i for i, h in enumerate(b.header) if h in ("state", "params", "findings", "reason", "param", "range", "why")}
+            text_cols = {
+                i
+                for i, h in enumerate(b.header)
+                if h in ("state", "params", "findings", "reason", "param", "range", "why")
+            }
             tid = f' id="{e(b.attrs["id"])}"' if "id" in b.attrs else ""
-            parts.append(f"<table{tid}><thead><tr>" + "".join(
-                f'<th class="text">{e(h)}</th>' if i in text_cols else f"<th>{e(h)}</th>" for i, h in enumerate(b.header)) + "</tr></thead><tbody>")  # fmt: skip
+            parts.append(
+                f"<table{tid}><thead><tr>"
+                + "".join(
+                    f'<th class="text">{e(h)}</th>' if i in text_cols else f"<th>{e(h)}</th>"
+                    for i, h in enumerate(b.header)
+                )
+                + "</tr></thead><tbody>"
+            )
             for r_i, r in enumerate(b.rows):
                 cls = b.attrs.get(f"row{r_i}", "")
                 parts.append(f'<tr class="{e(cls)}">' if cls else "<tr>")
-                parts.append("".join(f'<td class="text">{e(c)}</td>' if i in text_cols else f"<td>{e(c)}</td>" for i, c in enumerate(r)) + "</tr>")
+                parts.append(
+                    "".join(
+                        f'<td class="text">{e(c)}</td>' if i in text_cols else f"<td>{e(c)}</td>"
+                        for i, c in enumerate(r)
+                    )
+                    + "</tr>"
+                )
             parts.append("</tbody></table>")
         elif b.kind == "img":
             data = base64.b64encode(Path(b.path).read_bytes()).decode("ascii")
-            parts.append(f'<figure><img src="data:image/png;base64,{data}" alt="{e(b.text)}"><figcaption>{e(b.text)}</figcaption></figure>')
+            parts.append(
+                f'<figure><img src="data:image/png;base64,{data}" '
+                f'alt="{e(b.text)}"><figcaption>{e(b.text)}</figcaption></figure>'
+            )
     parts += ["</body>", "</html>"]
     return "\n".join(parts) + "\n"
 
@@ -877,7 +957,11 @@ def _trial_table(infos: Sequence[TrialInfo], study: optuna.Study, top_findings: 
         cells = [rank_txt, str(r.number), r.state]
         if multi:
             vals = r.values or []
-            cells += [_g(vals[0]) if len(vals) > 0 else "-", _g(vals[1]) if len(vals) > 1 else "-", "yes" if r.number in front else ""]
+            cells += [
+                _g(vals[0]) if len(vals) > 0 else "-",
+                _g(vals[1]) if len(vals) > 1 else "-",
+                "yes" if r.number in front else "",
+            ]
         else:
             cells.append(_g(r.value))
         if has_reward:
@@ -887,8 +971,12 @@ def _trial_table(infos: Sequence[TrialInfo], study: optuna.Study, top_findings: 
             cells.append(_g(penalty_sum(r.terms)) if r.terms else "-")
         cells += [_fmt_param(r.params[p]) if p in r.params else "-" for p in params]
         steps = info.trial.user_attrs.get("steps")
-        cells += [str(steps) if steps is not None else "-", r.reason.splitlines()[0][:200] if r.reason else "",
-                  ", ".join(r.findings[:top_findings]) + (f" (+{len(r.findings) - top_findings})" if len(r.findings) > top_findings else "")]
+        cells += [
+            str(steps) if steps is not None else "-",
+            r.reason.splitlines()[0][:200] if r.reason else "",
+            ", ".join(r.findings[:top_findings])
+            + (f" (+{len(r.findings) - top_findings})" if len(r.findings) > top_findings else ""),
+        ]
         rows.append(cells)
         cls = [f"state-{r.state}"] + (["best"] if rank_txt == "1" else [])
         attrs[f"row{n}"] = " ".join(cls)
@@ -926,8 +1014,13 @@ def _target_kl(infos: Sequence[TrialInfo]) -> Optional[float]:
     return None
 
 
-def build_report(study_name: Optional[str], storage: Optional[str], sweep_dir: Optional[str], out_dir: Optional[str] = None,
-                 top_k: int = 3) -> ReportFiles:  # fmt: skip
+def build_report(
+    study_name: Optional[str],
+    storage: Optional[str],
+    sweep_dir: Optional[str],
+    out_dir: Optional[str] = None,
+    top_k: int = 3,
+) -> ReportFiles:
     """Write the sweep report (``report.md``, ``report.html``, PNG figures, ``next_sweep.json``); see the module
     docstring. STUDY is ``sweep_dir`` (a ``multirun/<study>/`` dir) or ``study_name`` + ``storage``.
     Raises :class:`ReportError` when the study cannot be resolved."""
@@ -935,13 +1028,23 @@ def build_report(study_name: Optional[str], storage: Optional[str], sweep_dir: O
     study = ref.study
     target = out_dir or ref.sweep_dir
     if not target:
-        raise ReportError(f"study {study.study_name!r}: no sweep dir is known for it (its trials record no trial_dir); pass --out DIR")
+        raise ReportError(
+            f"study {study.study_name!r}: no sweep dir is known for it (its trials record no trial_dir); pass --out DIR"
+        )
     os.makedirs(target, exist_ok=True)
     out = os.path.abspath(target)
-    files = ReportFiles(study_name=study.study_name, out_dir=out, markdown=os.path.join(out, "report.md"), html=os.path.join(out, "report.html"),
-                        sweep_dir=ref.sweep_dir)
+    files = ReportFiles(
+        study_name=study.study_name,
+        out_dir=out,
+        markdown=os.path.join(out, "report.md"),
+        html=os.path.join(out, "report.html"),
+        sweep_dir=ref.sweep_dir,
+    )
     frozen = {t.number: t for t in study.get_trials(deepcopy=False)}
-    infos = [TrialInfo(row=r, trial=frozen[r.number], dirs=trial_dirs(frozen[r.number], ref.sweep_dir)) for r in ranked_rows(study)]
+    infos = [
+        TrialInfo(row=r, trial=frozen[r.number], dirs=trial_dirs(frozen[r.number], ref.sweep_dir))
+        for r in ranked_rows(study)
+    ]
     multi = len(study.directions) > 1
     states = Counter(i.row.state for i in infos)
     complete = [i for i in infos if i.complete]
@@ -951,26 +1054,54 @@ def build_report(study_name: Optional[str], storage: Optional[str], sweep_dir: O
 
     blocks: List[Block] = [Block("h1", f"Sweep report: {study.study_name}")]
     directions = ", ".join(d.name.lower() for d in study.directions)
-    blocks.append(Block("p", f"{len(infos)} trials (" + ", ".join(f"{n} {s}" for s, n in sorted(states.items())) + f"); direction: {directions}; "
-                        f"storage: {ref.storage_url}" + (f"; sweep dir: {ref.sweep_dir}" if ref.sweep_dir else "") + "."))  # fmt: skip
+    blocks.append(
+        Block(
+            "p",
+            f"{len(infos)} trials ("
+            + ", ".join(f"{n} {s}" for s, n in sorted(states.items()))
+            + f"); direction: {directions}; "
+            f"storage: {ref.storage_url}" + (f"; sweep dir: {ref.sweep_dir}" if ref.sweep_dir else "") + ".",
+        )
+    )
     if not infos:
         blocks.append(Block("note", "The study has no trials yet: nothing to rank or plot. Run the sweep first."))
     elif not complete:
-        blocks.append(Block("note", f"No trial completed ({', '.join(f'{n} {s}' for s, n in sorted(states.items()))}): there is no objective "
-                                    "to rank or plot. The failure and prune reasons are in the table below."))  # fmt: skip
+        blocks.append(
+            Block(
+                "note",
+                f"No trial completed ({', '.join(f'{n} {s}' for s, n in sorted(states.items()))}): there is no "
+                "objective "
+                "to rank or plot. The failure and prune reasons are in the table below.",
+            )
+        )
     else:
         res = results_dict(study)
         if multi:
-            blocks.append(Block("p", f"Pareto front: trials {', '.join(str(s['trial']) for s in res['solutions'])} "
-                                     f"(objectives: {PARETO_NAMES[0]} ↑, {PARETO_NAMES[1]} ↓)."))  # fmt: skip
+            blocks.append(
+                Block(
+                    "p",
+                    f"Pareto front: trials {', '.join(str(s['trial']) for s in res['solutions'])} "
+                    f"(objectives: {PARETO_NAMES[0]} ↑, {PARETO_NAMES[1]} ↓).",
+                )
+            )
         else:
             best_params = ", ".join(f"{k}={_fmt_param(v)}" for k, v in res["best_params"].items())
-            blocks.append(Block("p", f"Best: trial {res['best_trial']} with objective {_g(res['best_value'], 4)} ({best_params})."))
+            blocks.append(
+                Block(
+                    "p", f"Best: trial {res['best_trial']} with objective {_g(res['best_value'], 4)} ({best_params})."
+                )
+            )
 
     blocks += [Block("h2", "Trials (best first)"), _trial_table(infos, study)]
     if any(i.row.terms for i in infos):
-        blocks.append(Block("p", "objective = late_reward − penalties (weighted terms of the stability-adjusted objective, reward units); "
-                                 "penalty columns that are zero in every trial are left out."))  # fmt: skip
+        blocks.append(
+            Block(
+                "p",
+                "objective = late_reward − penalties (weighted terms of the stability-adjusted objective, reward "
+                "units); "
+                "penalty columns that are zero in every trial are left out.",
+            )
+        )
 
     def figure(name: str, caption: str, make: Callable[[], Any], empty: str = "nothing to draw") -> None:
         path = os.path.join(out, name)
@@ -1003,37 +1134,64 @@ def build_report(study_name: Optional[str], storage: Optional[str], sweep_dir: O
         skip("Figures", "skipped, no complete trial")
     else:
         if multi:
-            figure("pareto_front.png", f"Pareto front ({PARETO_NAMES[0]} ↑ vs {PARETO_NAMES[1]} ↓); optimization history and "
-                                       "importances are not shown for a two-objective study", lambda: pareto_figure(study))  # fmt: skip
+            figure(
+                "pareto_front.png",
+                f"Pareto front ({PARETO_NAMES[0]} ↑ vs {PARETO_NAMES[1]} ↓); optimization history and "
+                "importances are not shown for a two-objective study",
+                lambda: pareto_figure(study),
+            )
         else:
-            figure("history.png", "Optimization history: objective per trial and best so far", lambda: history_figure(study))
+            figure(
+                "history.png",
+                "Optimization history: objective per trial and best so far",
+                lambda: history_figure(study),
+            )
             why = importance_status(study)
             if why:
                 skip("Parameter importances", why)
             else:
                 rough = f" — rough with only {len(complete)} complete trials" if len(complete) < 8 else ""
-                figure("importances.png", f"Parameter importances (Optuna's fANOVA on the {len(complete)} complete trials{rough})",
-                       lambda: importance_figure(study))
-        figure("parallel_coordinate.png", "Parallel coordinates: every complete trial's params, coloured by objective",
-               lambda: parallel_figure(study))  # fmt: skip
+                figure(
+                    "importances.png",
+                    f"Parameter importances (Optuna's fANOVA on the {len(complete)} complete trials{rough})",
+                    lambda: importance_figure(study),
+                )
+        figure(
+            "parallel_coordinate.png",
+            "Parallel coordinates: every complete trial's params, coloured by objective",
+            lambda: parallel_figure(study),
+        )
         blocks.append(Block("h3", "Objective vs each swept param"))
         for p in dists:
             scale = "log x-axis" if is_log_param(study, p) else "linear x-axis"
-            figure(f"slice_{_safe_name(p)}.png", f"Slice: {'late reward' if multi else 'objective'} vs {p} ({scale})", lambda p=p: slice_figure(study, p))
+            figure(
+                f"slice_{_safe_name(p)}.png",
+                f"Slice: {'late reward' if multi else 'objective'} vs {p} ({scale})",
+                lambda p=p: slice_figure(study, p),
+            )
 
     blocks.append(Block("h2", "Training curves"))
     if top:
         desc = ", ".join(f"#{i.number}" for i in top)
         if worst:
-            desc += f"; dashed: #{worst.number}, the completed trial with the highest penalty sum ({_g(penalty_sum(worst.row.terms))})"
+            worst_sum = _g(penalty_sum(worst.row.terms))
+            desc += f"; dashed: #{worst.number}, the completed trial with the highest penalty sum ({worst_sum})"
         else:
             desc += "; no other completed trial has a positive penalty sum to contrast with"
         blocks.append(Block("p", f"Top {len(top)} trials: {desc}."))
-        figure("curves.png", "Reward, KL and entropy per step", lambda: curves_figure(top, worst, _target_kl(top)),
-               empty="no metrics.jsonl with reward/KL/entropy found in these trials' dirs")
+        figure(
+            "curves.png",
+            "Reward, KL and entropy per step",
+            lambda: curves_figure(top, worst, _target_kl(top)),
+            empty="no metrics.jsonl with reward/KL/entropy found in these trials' dirs",
+        )
         blocks.append(Block("h2", "Objective components of the top trials"))
-        figure("objective_terms.png", "late_reward vs stacked penalty terms (the diamond is the objective)", lambda: terms_figure(top),
-               empty="these trials carry no objective_terms")
+        figure(
+            "objective_terms.png",
+            "late_reward vs stacked penalty terms (the diamond is the objective)",
+            lambda: terms_figure(top),
+            empty="these trials carry no objective_terms",
+        )
     else:
         skip("Training curves", "no complete trial")
 
@@ -1057,7 +1215,11 @@ def build_report(study_name: Optional[str], storage: Optional[str], sweep_dir: O
             if pens:
                 dominant[max(pens, key=pens.get)] += 1
         if dominant:
-            diag_items.append("Largest penalty per completed trial: " + ", ".join(f"{k} in {n} trial{'s' if n > 1 else ''}" for k, n in dominant.most_common()) + ".")
+            diag_items.append(
+                "Largest penalty per completed trial: "
+                + ", ".join(f"{k} in {n} trial{'s' if n > 1 else ''}" for k, n in dominant.most_common())
+                + "."
+            )
     for state in ("PRUNED", "FAIL"):
         groups: Dict[str, List[int]] = {}
         for i in infos:
@@ -1065,8 +1227,14 @@ def build_report(study_name: Optional[str], storage: Optional[str], sweep_dir: O
                 groups.setdefault(_reason_key(i.row.reason), []).append(i.number)
         if groups:
             ordered = sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[1][0]))
-            diag_items.append(f"{state} ({sum(len(v) for v in groups.values())}): " + "; ".join(
-                f"{r} (trial{'s' if len(ns) > 1 else ''} {', '.join(map(str, sorted(ns)))})" for r, ns in ordered[:5]) + ".")  # fmt: skip
+            diag_items.append(
+                f"{state} ({sum(len(v) for v in groups.values())}): "
+                + "; ".join(
+                    f"{r} (trial{'s' if len(ns) > 1 else ''} {', '.join(map(str, sorted(ns)))})"
+                    for r, ns in ordered[:5]
+                )
+                + "."
+            )
     if diag_items:
         blocks.append(Block("ul", items=diag_items))
 
@@ -1074,23 +1242,55 @@ def build_report(study_name: Optional[str], storage: Optional[str], sweep_dir: O
     blocks.append(Block("h2", "Suggested next sweep"))
     nxt = suggest_next_sweep(study, infos, top_k)
     if nxt["params"]:
-        blocks.append(Block("p", f"Ranges narrowed around the top {len(nxt['top'])} trials ({', '.join(f'#{n}' for n in nxt['top'])}):"))
-        blocks.append(Block("table", header=["param", "next range", "why"], rows=[[p, v, nxt["reasons"].get(p, "")] for p, v in nxt["params"].items()]))
+        blocks.append(
+            Block(
+                "p",
+                f"Ranges narrowed around the top {len(nxt['top'])} trials ({', '.join(f'#{n}' for n in nxt['top'])}):",
+            )
+        )
+        blocks.append(
+            Block(
+                "table",
+                header=["param", "next range", "why"],
+                rows=[[p, v, nxt["reasons"].get(p, "")] for p, v in nxt["params"].items()],
+            )
+        )
         path = os.path.join(out, "next_sweep.json")
         with open(path, "w") as fh:
-            json.dump({"source": f"sweep report of study {study.study_name}", "next_sweep": {"params": nxt["params"], "reasons": nxt["reasons"]},
-                       "diagnosis_votes": nxt["votes"]}, fh, indent=2)  # fmt: skip
+            json.dump(
+                {
+                    "source": f"sweep report of study {study.study_name}",
+                    "next_sweep": {"params": nxt["params"], "reasons": nxt["reasons"]},
+                    "diagnosis_votes": nxt["votes"],
+                },
+                fh,
+                indent=2,
+            )
         files.next_sweep = path
         launch = _launch_overrides(infos, dists)
-        cmd = " ".join(["python -m sweeprl -m", *launch, f"+sweep_from={path}", f"hydra.sweeper.study_name={study.study_name}-next"])
+        cmd = " ".join(
+            [
+                "python -m sweeprl -m",
+                *launch,
+                f"+sweep_from={path}",
+                f"hydra.sweeper.study_name={study.study_name}-next",
+            ]
+        )
         blocks.append(Block("code", cmd))
     else:
         skip("Next sweep", "no complete trial to narrow the ranges around")
     if nxt["votes"]:
         blocks.append(Block("p", "What the per-trial diagnoses recommend, counted over all diagnosed trials:"))
-        blocks.append(Block("ul", items=[f"{p}{'' if p in dists else ' (not swept)'}: "
-                                         + ", ".join(f"{'raise' if d == 'increase' else 'lower'} in {n}" for d, n in sorted(c.items()))
-                                         for p, c in nxt["votes"].items()]))  # fmt: skip
+        blocks.append(
+            Block(
+                "ul",
+                items=[
+                    f"{p}{'' if p in dists else ' (not swept)'}: "
+                    + ", ".join(f"{'raise' if d == 'increase' else 'lower'} in {n}" for d, n in sorted(c.items()))
+                    for p, c in nxt["votes"].items()
+                ],
+            )
+        )
 
     Path(files.markdown).write_text(to_markdown(blocks, out))
     Path(files.html).write_text(to_html(blocks, f"Sweep report: {study.study_name}"))
@@ -1118,7 +1318,9 @@ def find_parent_run(tracker: Any, study_name: str) -> Optional[str]:
         ids = [e.experiment_id for e in tracker.client.search_experiments(view_type=ViewType.ACTIVE_ONLY)]
         if not ids:
             return None
-        runs = tracker.client.search_runs(ids, filter_string=filt, max_results=1, order_by=["attributes.start_time DESC"])
+        runs = tracker.client.search_runs(
+            ids, filter_string=filt, max_results=1, order_by=["attributes.start_time DESC"]
+        )
         return runs[0].info.run_id if runs else None
 
     return tracker.call("search runs", search_all)
@@ -1137,7 +1339,11 @@ def log_report_to_mlflow(files: ReportFiles, tracking_uri: str, study_name: Opti
     tracker = SafeTracker(tracking_uri)
     run_id = find_parent_run(tracker, name)
     if not run_id:
-        log.warning("no MLflow parent run for study %r in %s (tags sweeprl.role=sweep, sweeprl.study_name); report not logged", name, tracking_uri)
+        log.warning(
+            "no MLflow parent run for study %r in %s (tags sweeprl.role=sweep, sweeprl.study_name); report not logged",
+            name,
+            tracking_uri,
+        )
         return None
 
     def upload() -> bool:
@@ -1173,7 +1379,9 @@ def default_tracking_uri(files_or_dir: Any) -> Optional[str]:
             if tracking.get("uri"):
                 return str(tracking["uri"])
             if os.path.isfile(hydra_path):
-                cwd = ((yaml.safe_load(Path(hydra_path).read_text()) or {}).get("hydra", {}).get("runtime") or {}).get("cwd")
+                cwd = ((yaml.safe_load(Path(hydra_path).read_text()) or {}).get("hydra", {}).get("runtime") or {}).get(
+                    "cwd"
+                )
                 if cwd:
                     return f"sqlite:///{os.path.join(cwd, 'mlflow.db')}"
         except (OSError, yaml.YAMLError, AttributeError):

@@ -42,14 +42,25 @@ def _check(study_name: Optional[str], sweep_dir: Optional[str], storage: Optiona
     if sweep_dir is None and storage is None:
         name = study_name or ""
         if os.sep in name or name.startswith(".") or name.startswith("~"):
-            raise ReportError(f"{name}: no such directory (expected a sweep dir such as multirun/<study>/ holding optuna.db)")
-        raise ReportError(f"{name!r} is not a directory; for a study name pass --storage URL (e.g. sqlite:///multirun/{name}/optuna.db)")
+            raise ReportError(
+                f"{name}: no such directory (expected a sweep dir such as multirun/<study>/ holding optuna.db)"
+            )
+        raise ReportError(
+            f"{name!r} is not a directory; for a study name pass --storage URL (e.g. "
+            f"sqlite:///multirun/{name}/optuna.db)"
+        )
 
 
 def _parser(prog: str, description: str, usage: str) -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog=prog, usage=usage, description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("study", nargs="+", metavar="STUDY", help="a sweep dir (multirun/<study>/) or a study name (with --storage)")
-    ap.add_argument("--storage", help="Optuna storage URL (required with a study name; default for a sweep dir: its optuna.db)")
+    ap = argparse.ArgumentParser(
+        prog=prog, usage=usage, description=description, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "study", nargs="+", metavar="STUDY", help="a sweep dir (multirun/<study>/) or a study name (with --storage)"
+    )
+    ap.add_argument(
+        "--storage", help="Optuna storage URL (required with a study name; default for a sweep dir: its optuna.db)"
+    )
     return ap
 
 
@@ -63,12 +74,21 @@ def main(argv: List[str]) -> int:
         return trials_main(argv[1:])
     if argv[:1] == ["report"] and not os.path.isdir("report"):
         argv = argv[1:]
-    ap = _parser("python -m sweeprl report", __doc__ or "",
-                 "%(prog)s STUDY [--storage URL] [--out DIR] [--top-k K] [--tracking-uri URI] [--no-mlflow]")
+    ap = _parser(
+        "python -m sweeprl report",
+        __doc__ or "",
+        "%(prog)s STUDY [--storage URL] [--out DIR] [--top-k K] [--tracking-uri URI] [--no-mlflow]",
+    )
     ap.add_argument("--out", help="write the report here instead of the sweep dir")
-    ap.add_argument("--top-k", type=int, default=3, help="trials whose curves and objective terms are shown (default 3)")
-    ap.add_argument("--tracking-uri", help="MLflow store of the sweep (default: MLFLOW_TRACKING_URI, else the sweep's own)")
-    ap.add_argument("--no-mlflow", action="store_true", help="do not attach the report to the sweep's MLflow parent run")
+    ap.add_argument(
+        "--top-k", type=int, default=3, help="trials whose curves and objective terms are shown (default 3)"
+    )
+    ap.add_argument(
+        "--tracking-uri", help="MLflow store of the sweep (default: MLFLOW_TRACKING_URI, else the sweep's own)"
+    )
+    ap.add_argument(
+        "--no-mlflow", action="store_true", help="do not attach the report to the sweep's MLflow parent run"
+    )
     args = ap.parse_args(argv)
     if args.top_k < 1:
         ap.error("--top-k must be >= 1")
@@ -93,21 +113,32 @@ def main(argv: List[str]) -> int:
     if not args.no_mlflow:
         uri = args.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri(files)
         if not uri:
-            print("sweeprl report: no MLflow store found for this sweep (pass --tracking-uri); report not logged to MLflow", file=sys.stderr)
+            print(
+                "sweeprl report: no MLflow store found for this sweep (pass --tracking-uri); report not logged to "
+                "MLflow",
+                file=sys.stderr,
+            )
         else:
             run_id = log_report_to_mlflow(files, uri, files.study_name)
             if run_id:
                 print(f"logged to MLflow: run {run_id}, artifact path report/ ({uri})")
             else:
-                print(f"sweeprl report: not logged to MLflow ({uri}): no parent run for study {files.study_name} or the store failed (see above)",
-                      file=sys.stderr)  # fmt: skip
+                print(
+                    f"sweeprl report: not logged to MLflow ({uri}): no parent run for study {files.study_name} or the "
+                    "store failed (see above)",
+                    file=sys.stderr,
+                )
     return 0
 
 
 def trials_main(argv: List[str]) -> int:
-    """``trials STUDY [--storage URL]``: every trial of the study, ranked best first (COMPLETE ranked, then the rest)."""
-    ap = _parser("python -m sweeprl trials", "Print the ranked table of a study's trials.\n\n" + (__doc__ or "").split("\n\n", 1)[1],
-                 "%(prog)s STUDY [--storage URL]")
+    """``trials STUDY [--storage URL]``: every trial of the study, ranked best first (COMPLETE ranked, then the
+    rest)."""
+    ap = _parser(
+        "python -m sweeprl trials",
+        "Print the ranked table of a study's trials.\n\n" + (__doc__ or "").split("\n\n", 1)[1],
+        "%(prog)s STUDY [--storage URL]",
+    )
     args = ap.parse_args(list(argv))
     _logging()
     from sweeprl.report import ReportError, open_study
@@ -126,7 +157,9 @@ def trials_main(argv: List[str]) -> int:
     if not rows:
         console.print(f"study {ref.study.study_name} ({ref.storage_url}) has no trials yet", soft_wrap=True)
         return 0
-    console.print(trials_table(rows, title=f"study {ref.study.study_name}: {len(rows)} trials (best first)", max_rows=len(rows)))
+    console.print(
+        trials_table(rows, title=f"study {ref.study.study_name}: {len(rows)} trials (best first)", max_rows=len(rows))
+    )
     return 0
 
 

@@ -94,12 +94,17 @@ def bwrap_available() -> bool:
             else:
                 demote = DEMOTE if os.geteuid() == 0 else []
                 try:
-                    probe = subprocess.run([*demote, exe, "--ro-bind", "/", "/", "--unshare-all", "--die-with-parent", "--", "true"],
-                                           capture_output=True, timeout=20)  # fmt: skip
+                    probe = subprocess.run(
+                        [*demote, exe, "--ro-bind", "/", "/", "--unshare-all", "--die-with-parent", "--", "true"],
+                        capture_output=True,
+                        timeout=20,
+                    )
                     _bwrap_usable = probe.returncode == 0
                     if not _bwrap_usable:
-                        log.warning("bubblewrap is installed but cannot create namespaces here: %s",
-                                    probe.stderr.decode(errors="replace").strip())  # fmt: skip
+                        log.warning(
+                            "bubblewrap is installed but cannot create namespaces here: %s",
+                            probe.stderr.decode(errors="replace").strip(),
+                        )
                 except (OSError, subprocess.SubprocessError) as exc:
                     log.warning("bubblewrap probe failed: %s", exc)
                     _bwrap_usable = False
@@ -120,19 +125,24 @@ def _warn_reduced() -> None:
 class Sandbox:
     """Runs commands on files in a fresh, private working directory under :class:`Limits`."""
 
-    def __init__(self, limits: Limits = Limits(), isolation: str = "auto"):
+    def __init__(self, limits: Optional[Limits] = None, isolation: str = "auto"):
         if isolation not in ("auto", "bwrap", "rlimits"):
             raise ValueError(f"sandbox isolation={isolation!r}; allowed: auto, bwrap, rlimits")
         if isolation == "bwrap" and not bwrap_available():
             raise RuntimeError("sandbox isolation=bwrap requested but bubblewrap is not usable here")
-        self.limits = limits
+        self.limits = limits if limits is not None else Limits()
         self.isolation = "bwrap" if isolation == "bwrap" or (isolation == "auto" and bwrap_available()) else "rlimits"
         self.demote = os.geteuid() == 0
         if self.isolation == "rlimits":
             _warn_reduced()
 
-    def run(self, argv: Sequence[str], files: Mapping[str, str] | None = None, limits: Optional[Limits] = None,
-            env: Optional[Dict[str, str]] = None) -> RunResult:  # fmt: skip
+    def run(
+        self,
+        argv: Sequence[str],
+        files: Mapping[str, str] | None = None,
+        limits: Optional[Limits] = None,
+        env: Optional[Dict[str, str]] = None,
+    ) -> RunResult:
         """Write ``files`` into a fresh working directory, run ``argv`` there, remove everything afterwards."""
         limits = limits or self.limits
         host_dir = Path(tempfile.mkdtemp(prefix="sweeprl-sandbox-"))
@@ -155,24 +165,46 @@ class Sandbox:
 
     def _bwrap_argv(self, host_dir: Path, argv: List[str], limits: Limits) -> List[str]:
         # The code works in /tmp/work, a copy of the input on a private size-limited tmpfs.
-        setup = "cp -R /tmp/input/. /tmp/work/ && cd /tmp/work && exec \"$@\""
+        setup = 'cp -R /tmp/input/. /tmp/work/ && cd /tmp/work && exec "$@"'
         return [
             "bwrap",
-            "--ro-bind", "/", "/",
-            "--dev", "/dev",
-            "--proc", "/proc",
-            "--size", str(limits.tmpfs_bytes), "--tmpfs", "/tmp",
-            "--ro-bind", str(host_dir), "/tmp/input",
-            "--dir", "/tmp/work",
-            "--chdir", "/tmp/work",
+            "--ro-bind",
+            "/",
+            "/",
+            "--dev",
+            "/dev",
+            "--proc",
+            "/proc",
+            "--size",
+            str(limits.tmpfs_bytes),
+            "--tmpfs",
+            "/tmp",
+            "--ro-bind",
+            str(host_dir),
+            "/tmp/input",
+            "--dir",
+            "/tmp/work",
+            "--chdir",
+            "/tmp/work",
             "--unshare-all",
             "--die-with-parent",
             "--new-session",
-            "--setenv", "HOME", "/tmp/work",
-            "--setenv", "TMPDIR", "/tmp",
-            "--setenv", "SANDBOX_PIDNS", "1",  # tells scripts they own the PID namespace
-            "--", "/bin/sh", "-c", setup, "sandbox", *argv,
-        ]  # fmt: skip
+            "--setenv",
+            "HOME",
+            "/tmp/work",
+            "--setenv",
+            "TMPDIR",
+            "/tmp",
+            "--setenv",
+            "SANDBOX_PIDNS",
+            "1",  # tells scripts they own the PID namespace
+            "--",
+            "/bin/sh",
+            "-c",
+            setup,
+            "sandbox",
+            *argv,
+        ]
 
     def _execute(self, cmd: List[str], cwd: str, limits: Limits, env: Optional[Dict[str, str]]) -> RunResult:
         base_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8", "HOME": cwd, "TMPDIR": cwd}
@@ -181,9 +213,14 @@ class Sandbox:
         # Output goes to files, not pipes, so RLIMIT_FSIZE bounds what a chatty program can make us hold.
         with tempfile.TemporaryFile() as out_f, tempfile.TemporaryFile() as err_f:
             proc = subprocess.Popen(
-                limit_prefix(limits, self.demote) + cmd, cwd=cwd, env={**base_env, **(env or {})},
-                stdin=subprocess.DEVNULL, stdout=out_f, stderr=err_f, start_new_session=True,
-            )  # fmt: skip
+                limit_prefix(limits, self.demote) + cmd,
+                cwd=cwd,
+                env={**base_env, **(env or {})},
+                stdin=subprocess.DEVNULL,
+                stdout=out_f,
+                stderr=err_f,
+                start_new_session=True,
+            )
             try:
                 proc.wait(timeout=limits.wall_seconds)
             except subprocess.TimeoutExpired:

@@ -14,20 +14,27 @@ import json
 import sys
 from typing import Any, Dict, List
 
-from sweeprl.rewards import REGISTRY, load_builtin, build_reward
+from sweeprl.rewards import REGISTRY, build_reward, load_builtin
 
 
 def parse_args(argv: List[str]) -> argparse.Namespace:
     load_builtin()
-    ap = argparse.ArgumentParser(prog="python -m sweeprl score", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m sweeprl score", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--reward", required=True, choices=sorted(REGISTRY), help="registered reward name")
     ap.add_argument("--problems", help="problems JSONL (id, prompt, tests[, reference_solution]); default: shipped set")
     ap.add_argument("--completions", required=True, help="completions JSONL ({problem_id, completion, truncated})")
     ap.add_argument("--format", choices=("json", "table"), default="json")
     ap.add_argument("--workers", type=int, default=0, help="parallel scoring threads (0 = CPU cores)")
     ap.add_argument("--isolation", choices=("auto", "bwrap", "rlimits"), default="auto")
-    ap.add_argument("--set", action="append", default=[], metavar="KEY=JSON",
-                    help="reward argument, e.g. --set min_code_lines=4 --set 'weights={\"tests\": 0.7}'")  # fmt: skip
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=JSON",
+        help="reward argument, e.g. --set min_code_lines=4 --set 'weights={\"tests\": 0.7}'",
+    )
     return ap.parse_args(argv)
 
 
@@ -72,7 +79,9 @@ def score_rows(args: argparse.Namespace, rows: List[Dict[str, Any]]) -> List[Dic
             raise SystemExit(f"unknown problem_id(s) {missing[:10]}; problems file has {len(problems)} problems")
         kwargs.pop("curriculum", None)
         scorer = OCamlScorer(workers=args.workers, isolation=args.isolation, **kwargs)
-        jobs = [(r["completion"], problems[str(r["problem_id"])]["tests"], bool(r.get("truncated", False))) for r in rows]
+        jobs = [
+            (r["completion"], problems[str(r["problem_id"])]["tests"], bool(r.get("truncated", False))) for r in rows
+        ]
         return [{**r, **s.as_dict()} for r, s in zip(rows, scorer.score_many(jobs))]
     fn = build_reward(args.reward, kwargs)
     values = fn([r["completion"] for r in rows])
@@ -90,7 +99,11 @@ def main(argv: List[str]) -> int:
 
     from sweeprl.console import console
 
-    cols = [c for c in ("name", "problem_id", "reward", "structural", "typecheck", "compile", "tests", "note") if any(c in r for r in results)]
+    cols = [
+        c
+        for c in ("name", "problem_id", "reward", "structural", "typecheck", "compile", "tests", "note")
+        if any(c in r for r in results)
+    ]
     table = Table(title=f"{args.reward}: {len(results)} completions")
     for c in cols:
         table.add_column(c)

@@ -35,8 +35,18 @@ KL_KEYS = ("kl", "objective/kl")
 ENTROPY_KEYS = ("entropy", "objective/entropy")
 LOSS_KEYS = ("loss", "loss/policy_avg")
 VALUE_LOSS_KEYS = ("loss/value_avg",)
-FINITE_WATCH = ("reward", "loss", "kl", "entropy", "grad_norm", "objective/kl", "objective/entropy",
-                "objective/scores", "loss/policy_avg", "loss/value_avg")  # fmt: skip
+FINITE_WATCH = (
+    "reward",
+    "loss",
+    "kl",
+    "entropy",
+    "grad_norm",
+    "objective/kl",
+    "objective/entropy",
+    "objective/scores",
+    "loss/policy_avg",
+    "loss/value_avg",
+)
 
 
 def series(history: Sequence[Mapping[str, Any]], *keys: str, finite: bool = True) -> np.ndarray:
@@ -167,13 +177,21 @@ class StabilityReport:
         return {k: float(v) for k, v in asdict(self).items()}
 
 
-def compute(history: Sequence[Mapping[str, Any]], *, window: float = 0.25, target_kl: float = 0.1,
-            alpha: float = 0.05, reward_keys: Sequence[str] = REWARD_KEYS) -> StabilityReport:  # fmt: skip
+def compute(
+    history: Sequence[Mapping[str, Any]],
+    *,
+    window: float = 0.25,
+    target_kl: float = 0.1,
+    alpha: float = 0.05,
+    reward_keys: Sequence[str] = REWARD_KEYS,
+) -> StabilityReport:
     """All stability metrics of one run. Raises ValueError when no finite reward was logged."""
     r = series(history, *reward_keys)
     if r.size == 0:
         others = ", ".join(dict.fromkeys(k for k in reward_keys[1:] if k != reward_keys[0]))
-        raise ValueError(f"no finite '{reward_keys[0]}' value in {len(history)} logged steps (also tried: {others or '-'})")
+        raise ValueError(
+            f"no finite '{reward_keys[0]}' value in {len(history)} logged steps (also tried: {others or '-'})"
+        )
     w = window_size(r.size, window)
     late = r[-w:]
     rng = float(r.max() - r.min())

@@ -16,8 +16,11 @@ from optuna.trial import FrozenTrial, TrialState
 # Optuna marks its heartbeat API (storage heartbeats, fail_stale_trials, the stale-trial retry callback) as
 # experimental and warns when heartbeats are used outside Study.optimize; sweeprl uses both on purpose, so these
 # warnings would only be noise at the top of every sweep log.
-warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning,
-                        message=r".*(heartbeat|fail_stale_trials|RetryHeartbeatStaleTrialCallback).*")  # fmt: skip
+warnings.filterwarnings(
+    "ignore",
+    category=optuna.exceptions.ExperimentalWarning,
+    message=r".*(heartbeat|fail_stale_trials|RetryHeartbeatStaleTrialCallback).*",
+)
 warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used with Study.optimize")
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
@@ -29,8 +32,9 @@ def default_storage(sweep_dir: str) -> str:
     return f"sqlite:///{os.path.join(os.path.abspath(sweep_dir), 'optuna.db')}"
 
 
-def make_storage(url: str, heartbeat_interval: Optional[int] = None, grace_period: Optional[int] = None,
-                 max_retry: int = 0) -> optuna.storages.BaseStorage:  # fmt: skip
+def make_storage(
+    url: str, heartbeat_interval: Optional[int] = None, grace_period: Optional[int] = None, max_retry: int = 0
+) -> optuna.storages.BaseStorage:
     """RDB storage for SQL URLs (SQLite with a generous lock timeout), journal storage for ``*.log`` files.
 
     With ``heartbeat_interval``, RUNNING trials whose heartbeat is older than ``grace_period`` (a driver died)
@@ -49,7 +53,9 @@ def make_storage(url: str, heartbeat_interval: Optional[int] = None, grace_perio
         kwargs = {
             "heartbeat_interval": heartbeat_interval,
             "grace_period": grace_period,
-            "heartbeat_stale_trial_callback": optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=max(1, max_retry)),
+            "heartbeat_stale_trial_callback": optuna.storages.RetryHeartbeatStaleTrialCallback(
+                max_retry=max(1, max_retry)
+            ),
         }
     # Several drivers starting at once race to create the schema; the losers retry.
     for attempt in range(5):

@@ -55,8 +55,11 @@ def flatten(node: Mapping[str, Any], prefix: str = "") -> Dict[str, str]:
 # so a tracking-server outage would stall training for minutes at every metric flush. sweeprl's tracker already
 # tolerates failures (warn, skip for retry_after seconds, try again), so each call gives up after seconds
 # instead. Values the user sets in the environment win.
-FAIL_FAST_HTTP = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
-                  "MLFLOW_HTTP_REQUEST_TIMEOUT": "30"}  # fmt: skip
+FAIL_FAST_HTTP = {
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "30",
+}
 
 
 class SafeTracker:
@@ -89,7 +92,12 @@ class SafeTracker:
         except Exception as exc:  # noqa: BLE001 - tracking must never kill a trial
             self.failures += 1
             if self._failed_at is None:
-                log.warning("MLflow %s failed (%s: %s); training continues without tracking for now", what, type(exc).__name__, exc)
+                log.warning(
+                    "MLflow %s failed (%s: %s); training continues without tracking for now",
+                    what,
+                    type(exc).__name__,
+                    exc,
+                )
             self._failed_at = time.monotonic()
             return default
 
@@ -123,7 +131,9 @@ class SafeTracker:
         filt = " and ".join(f"tags.`{k}` = '{v}'" for k, v in tags.items())
 
         def search() -> Optional[str]:
-            runs = self.client.search_runs([experiment_id], filter_string=filt, max_results=1, order_by=["attributes.start_time DESC"])
+            runs = self.client.search_runs(
+                [experiment_id], filter_string=filt, max_results=1, order_by=["attributes.start_time DESC"]
+            )
             return runs[0].info.run_id if runs else None
 
         return self.call("search runs", search)
@@ -144,7 +154,9 @@ class SafeTracker:
             return
         from mlflow.entities import Param
 
-        self.call("log params", self.client.log_batch, run_id, params=[Param(k, str(v)[:6000]) for k, v in params.items()])
+        self.call(
+            "log params", self.client.log_batch, run_id, params=[Param(k, str(v)[:6000]) for k, v in params.items()]
+        )
 
     def set_tags(self, run_id: Optional[str], tags: Mapping[str, Any]) -> None:
         if not run_id or not tags:

@@ -72,7 +72,11 @@ def start_tracking(cfg: DictConfig, resolved: Dict[str, Any]) -> tuple[Optional[
         tags[TAG_TRIAL] = str(rt.trial_number)
     if rt.parent_run_id:
         tags[PARENT_TAG] = rt.parent_run_id
-    name = f"trial-{rt.trial_number}{rt.run_suffix}" if rt.trial_number is not None else f"{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    name = (
+        f"trial-{rt.trial_number}{rt.run_suffix}"
+        if rt.trial_number is not None
+        else f"{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    )
     run_id = tracker.start_run(exp_id, name, tags)
     if cfg.tracking.log_params:
         tracker.log_params(run_id, flatten(resolved))
@@ -88,7 +92,9 @@ def log_completion_sample(tracker: SafeTracker, run_id: Optional[str], path: Pat
         return
     columns = [k for k in rows[0] if not isinstance(rows[0][k], (list, dict))]
     table = {k: [r.get(k) for r in rows] for k in columns}
-    tracker.call("log completions table", tracker.client.log_table, run_id, data=table, artifact_file="completions_sample.json")
+    tracker.call(
+        "log completions table", tracker.client.log_table, run_id, data=table, artifact_file="completions_sample.json"
+    )
 
 
 def write_diagnosis(history: List[Dict[str, float]], resolved: Dict[str, Any], out: Path, sweep_params: Dict[str, str]):
@@ -97,8 +103,15 @@ def write_diagnosis(history: List[Dict[str, float]], resolved: Dict[str, Any], o
     from sweeprl.history import RunHistory, config_values, normalise
 
     config, algo = config_values(resolved)
-    run = RunHistory(source=str(out), records=[normalise(r, i) for i, r in enumerate(history)], config=config, algo=algo,
-                     sweep_params=dict(sweep_params), trial_dir=str(out), target_kl=resolved["objective"]["target_kl"])  # fmt: skip
+    run = RunHistory(
+        source=str(out),
+        records=[normalise(r, i) for i, r in enumerate(history)],
+        config=config,
+        algo=algo,
+        sweep_params=dict(sweep_params),
+        trial_dir=str(out),
+        target_kl=resolved["objective"]["target_kl"],
+    )
     d = diagnose(run)
     (out / "diagnosis.md").write_text(to_markdown(d))
     (out / "diagnosis.json").write_text(json.dumps(d.as_dict(), indent=2, default=str))
@@ -128,8 +141,13 @@ def _stopped(cfg, out: Path, tracker, run_id, recorder, pruning, result, resolve
     import optuna
 
     recorder.flush()
-    payload = {**(result.as_dict() if result else {"objective": None}), "run_id": run_id, "pruned": True,
-               "prune_reason": pruning.reason, "stopped_at_step": pruning.stopped_at}  # fmt: skip
+    payload = {
+        **(result.as_dict() if result else {"objective": None}),
+        "run_id": run_id,
+        "pruned": True,
+        "prune_reason": pruning.reason,
+        "stopped_at_step": pruning.stopped_at,
+    }
     (out / "objective.json").write_text(json.dumps(payload, indent=2))
     diagnosis = write_diagnosis(recorder.history, resolved, out, sweep_params or {}) if recorder.history else None
     in_sweep = cfg.sweeprl.trial_number is not None
@@ -148,12 +166,20 @@ def _stopped(cfg, out: Path, tracker, run_id, recorder, pruning, result, resolve
         raise optuna.TrialPruned(pruning.reason)
     if result is None:
         raise ObjectiveError(f"training stopped ({pruning.reason}) before any finite reward was logged")
-    return TrialResult(result, steps=len(recorder.history), seconds=time.monotonic() - t0, run_id=run_id,
-                       output_dir=str(out), diagnosis=diagnosis, stopped_reason=pruning.reason)  # fmt: skip
+    return TrialResult(
+        result,
+        steps=len(recorder.history),
+        seconds=time.monotonic() - t0,
+        run_id=run_id,
+        output_dir=str(out),
+        diagnosis=diagnosis,
+        stopped_reason=pruning.reason,
+    )
 
 
-def run_trial(cfg: DictConfig, output_dir: str | Path, progress_bars: bool = False,
-              sweep_params: Optional[Dict[str, str]] = None) -> TrialResult:  # fmt: skip
+def run_trial(
+    cfg: DictConfig, output_dir: str | Path, progress_bars: bool = False, sweep_params: Optional[Dict[str, str]] = None
+) -> TrialResult:
     """Train one configuration and return its objective. Raises on invalid config or failed training.
 
     ``progress_bars``: a progress bar (interactive single runs); otherwise one log line per fifth of training.
@@ -174,9 +200,14 @@ def run_trial(cfg: DictConfig, output_dir: str | Path, progress_bars: bool = Fal
     from sweeprl.models.loading import model_init_kwargs, model_path, peft_config, resolve_device
     from sweeprl.rewards import build_reward
 
-    context = {"output_dir": str(out), "max_completion_length": cfg.generation.max_completion_length,
-               "max_steps": cfg.algo.max_steps}  # fmt: skip
-    reward_funcs = [build_reward(spec.name, OmegaConf.to_container(spec.kwargs, resolve=True), context) for spec in cfg.reward.funcs]
+    context = {
+        "output_dir": str(out),
+        "max_completion_length": cfg.generation.max_completion_length,
+        "max_steps": cfg.algo.max_steps,
+    }
+    reward_funcs = [
+        build_reward(spec.name, OmegaConf.to_container(spec.kwargs, resolve=True), context) for spec in cfg.reward.funcs
+    ]
     reward_weights = [float(spec.weight) for spec in cfg.reward.funcs]
     from sweeprl.rewards.best_of_n import with_best_of_n
 
@@ -186,15 +217,20 @@ def run_trial(cfg: DictConfig, output_dir: str | Path, progress_bars: bool = Fal
 
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(path, revision=cfg.model.revision, trust_remote_code=cfg.model.trust_remote_code)
+    tokenizer = AutoTokenizer.from_pretrained(
+        path, revision=cfg.model.revision, trust_remote_code=cfg.model.trust_remote_code
+    )
     train_ds, eval_ds = build_datasets(cfg.data, tokenizer)
-    log.info("trial %s: model=%s device=%s prompts=%d", cfg.sweeprl.trial_number, path, device.description, len(train_ds))
+    log.info(
+        "trial %s: model=%s device=%s prompts=%d", cfg.sweeprl.trial_number, path, device.description, len(train_ds)
+    )
 
     tracker, run_id = start_tracking(cfg, resolved)
     if tracker and cfg.tracking.log_config_artifact:
         tracker.log_artifact(run_id, str(out / "resolved_config.yaml"))
 
     from sweeprl.training.callbacks import MetricsRecorder, use_progress_display
+
     if cfg.algo.name == "ppo":
         from sweeprl.training.ppo import build_ppo_trainer as build_trainer
     else:
@@ -238,7 +274,9 @@ def run_trial(cfg: DictConfig, output_dir: str | Path, progress_bars: bool = Fal
     if pruning.reason:
         return _stopped(cfg, out, tracker, run_id, recorder, pruning, result, resolved, sweep_params, t0)
 
-    (out / "objective.json").write_text(json.dumps({**result.as_dict(), "run_id": run_id, "trainer_summary": recorder.summary}, indent=2))
+    (out / "objective.json").write_text(
+        json.dumps({**result.as_dict(), "run_id": run_id, "trainer_summary": recorder.summary}, indent=2)
+    )
     diagnosis = write_diagnosis(recorder.history, resolved, out, sweep_params or {})
     final_step = recorder.history[-1]["step"] if recorder.history else 0
     if tracker:
@@ -251,5 +289,11 @@ def run_trial(cfg: DictConfig, output_dir: str | Path, progress_bars: bool = Fal
         tracker.log_artifact(run_id, str(out / "diagnosis.json"))
         tracker.set_tags(run_id, {f"diag.{f.id}": f.severity for f in diagnosis.findings})
         tracker.end_run(run_id, "FINISHED")
-    return TrialResult(result, steps=len(recorder.history), seconds=time.monotonic() - t0, run_id=run_id, output_dir=str(out),
-                       diagnosis=diagnosis)  # fmt: skip
+    return TrialResult(
+        result,
+        steps=len(recorder.history),
+        seconds=time.monotonic() - t0,
+        run_id=run_id,
+        output_dir=str(out),
+        diagnosis=diagnosis,
+    )

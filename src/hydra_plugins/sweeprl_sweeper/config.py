@@ -5,13 +5,11 @@ The user-facing keys are those of hydra-optuna-sweeper 1.3 (``sampler`` via ``hy
 ``custom_search_space``), so an existing config switches with one ``override hydra/sweeper: sweeprl`` line.
 """
 
-
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
-
 
 # Every sampler argument defaults to None = "Optuna's own default" (None values are not passed), so a key that
 # Optuna deprecates stays accepted in configs without a warning on every sweep.

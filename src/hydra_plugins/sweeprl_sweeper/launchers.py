@@ -45,12 +45,21 @@ def is_basic_launcher(config: DictConfig) -> bool:
     return target in (None, BASIC_LAUNCHER)
 
 
-def check_launcher(config: DictConfig, slots: int, trial_timeout: Optional[float], process: Optional[bool]) -> Optional[str]:
+def check_launcher(
+    config: DictConfig, slots: int, trial_timeout: Optional[float], process: Optional[bool]
+) -> Optional[str]:
     """A problem message when process slots are combined with a launcher other than the basic one, else None."""
     if is_basic_launcher(config):
         return None
-    used = [s for s, on in (("slots=%d" % slots, slots > 1), ("trial_timeout=%g" % (trial_timeout or 0), trial_timeout),
-                            ("process=true", process)) if on]  # fmt: skip
+    used = [
+        s
+        for s, on in (
+            ("slots=%d" % slots, slots > 1),
+            ("trial_timeout=%g" % (trial_timeout or 0), trial_timeout),
+            ("process=true", process),
+        )
+        if on
+    ]
     if not used:
         return None
     name = launcher_name(config)
@@ -61,8 +70,9 @@ def check_launcher(config: DictConfig, slots: int, trial_timeout: Optional[float
     )
 
 
-def recover_round(sweep_dir: str, jobs: Sequence[tuple], error: BaseException, settle_seconds: float,
-                  poll: float = 1.0) -> List[JobReturn]:  # fmt: skip
+def recover_round(
+    sweep_dir: str, jobs: Sequence[tuple], error: BaseException, settle_seconds: float, poll: float = 1.0
+) -> List[JobReturn]:
     """One JobReturn per job of a round whose ``launcher.launch`` raised, from the trial dirs.
 
     ``jobs`` is ``[(trial_number, seed or None), ...]`` in launch order. Jobs of the round may still be running
@@ -74,7 +84,11 @@ def recover_round(sweep_dir: str, jobs: Sequence[tuple], error: BaseException, s
     dirs = [Path(sweep_dir).absolute() / (f"trial_{n}" + (f"_seed{s}" if s is not None else "")) for n, s in jobs]
     since = time.time()
     while True:
-        pending = [d for d in dirs if not (d / "objective.json").is_file() and _last_change(d, since) > time.time() - settle_seconds]
+        pending = [
+            d
+            for d in dirs
+            if not (d / "objective.json").is_file() and _last_change(d, since) > time.time() - settle_seconds
+        ]
         if not pending:
             break
         time.sleep(poll)

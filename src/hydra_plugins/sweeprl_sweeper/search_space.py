@@ -13,7 +13,6 @@ a plain value                             fixed override, passed to every trial
 ========================================  ===============================================
 """
 
-
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Tuple
 

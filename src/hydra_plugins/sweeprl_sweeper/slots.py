@@ -39,11 +39,20 @@ class Outcome:
 
 
 class SlotPool:
-    def __init__(self, slots: int, base_args: Sequence[str], devices: Optional[Sequence[Sequence[int]]] = None,
-                 threads_per_slot: Optional[int] = None, trial_timeout: Optional[float] = None):  # fmt: skip
+    def __init__(
+        self,
+        slots: int,
+        base_args: Sequence[str],
+        devices: Optional[Sequence[Sequence[int]]] = None,
+        threads_per_slot: Optional[int] = None,
+        trial_timeout: Optional[float] = None,
+    ):
         self.slots = max(1, slots)
         if devices is not None and len(devices) < self.slots:
-            raise ValueError(f"hydra.sweeper.devices lists {len(devices)} slot(s) for slots={self.slots}; allowed: one device list per slot")
+            raise ValueError(
+                f"hydra.sweeper.devices lists {len(devices)} slot(s) for slots={self.slots}; allowed: one device list "
+                "per slot"
+            )
         self.base_args = list(base_args)
         self.devices = [list(d) for d in devices] if devices is not None else None
         self.threads = threads_per_slot or max(1, (os.cpu_count() or 1) // self.slots)
@@ -55,7 +64,11 @@ class SlotPool:
 
     def env_for(self, slot: int) -> Dict[str, str]:
         env = dict(os.environ)
-        env.update(OMP_NUM_THREADS=str(self.threads), MKL_NUM_THREADS=str(self.threads), SWEEPRL_TORCH_THREADS=str(self.threads))
+        env.update(
+            OMP_NUM_THREADS=str(self.threads),
+            MKL_NUM_THREADS=str(self.threads),
+            SWEEPRL_TORCH_THREADS=str(self.threads),
+        )
         if self.devices is not None:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(d) for d in self.devices[slot])
         return env
@@ -66,10 +79,18 @@ class SlotPool:
         cmd = [sys.executable, "-m", "sweeprl", *self.base_args, *overrides, f"hydra.run.dir={trial_dir}"]
         log_file.write("# " + " ".join(cmd) + "\n")
         log_file.flush()
-        proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=self.env_for(slot), start_new_session=True)  # fmt: skip
+        proc = subprocess.Popen(
+            cmd,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=self.env_for(slot),
+            start_new_session=True,
+        )
         now = time.monotonic()
-        run = Running(trial, proc, slot, trial_dir, now, now + self.trial_timeout if self.trial_timeout else None, log_file)
+        run = Running(
+            trial, proc, slot, trial_dir, now, now + self.trial_timeout if self.trial_timeout else None, log_file
+        )
         self.running[slot] = run
         return run
 
@@ -129,7 +150,9 @@ def describe_exit(returncode: Optional[int], timed_out: bool, timeout: Optional[
     if timed_out:
         return f"timeout: trial exceeded trial_timeout={timeout:g}s and was killed"
     if returncode is not None and returncode < 0:
-        name = signal.Signals(-returncode).name if -returncode in signal.Signals._value2member_map_ else str(-returncode)
+        name = (
+            signal.Signals(-returncode).name if -returncode in signal.Signals._value2member_map_ else str(-returncode)
+        )
         hint = " (out of memory? the kernel's OOM killer sends SIGKILL)" if -returncode == signal.SIGKILL else ""
         return f"killed by {name}{hint}"
     errors = [ln.strip() for ln in log_tail.splitlines() if "Error" in ln or "Exception" in ln]

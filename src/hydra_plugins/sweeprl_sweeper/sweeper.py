@@ -74,7 +74,11 @@ class SweeprlSweeper(Sweeper):
     ) -> None:
         self.sampler_cfg = sampler
         self.pruner_cfg = pruner
-        self.directions = [str(d) for d in direction] if isinstance(direction, Sequence) and not isinstance(direction, str) else [str(direction)]
+        self.directions = (
+            [str(d) for d in direction]
+            if isinstance(direction, Sequence) and not isinstance(direction, str)
+            else [str(direction)]
+        )
         self.storage = storage
         self.study_name = study_name
         self.n_trials = int(n_trials)
@@ -119,16 +123,26 @@ class SweeprlSweeper(Sweeper):
     def _check_settings(self) -> None:
         bad = [d for d in self.directions if d not in ("maximize", "minimize")]
         if bad:
-            raise SearchSpaceError(f"hydra.sweeper.direction={bad} is invalid; allowed: maximize, minimize (or a list of them)")
+            raise SearchSpaceError(
+                f"hydra.sweeper.direction={bad} is invalid; allowed: maximize, minimize (or a list of them)"
+            )
         if self.n_trials < 1:
             raise SearchSpaceError(f"hydra.sweeper.n_trials={self.n_trials} is invalid; allowed: an int >= 1")
         if not 0 <= self.max_failure_rate <= 1:
-            raise SearchSpaceError(f"hydra.sweeper.max_failure_rate={self.max_failure_rate} is invalid; allowed: a float in [0, 1]")
+            raise SearchSpaceError(
+                f"hydra.sweeper.max_failure_rate={self.max_failure_rate} is invalid; allowed: a float in [0, 1]"
+            )
         if not self.study_name:
-            raise SearchSpaceError("hydra.sweeper.study_name is not set; allowed: any name (sweep presets set ${name}-<sweep>)")
+            raise SearchSpaceError(
+                "hydra.sweeper.study_name is not set; allowed: any name (sweep presets set ${name}-<sweep>)"
+            )
         from hydra_plugins.sweeprl_sweeper.launchers import check_launcher
 
-        problem = check_launcher(self.config, self.slots, self.trial_timeout, self.process) if self.config is not None else None
+        problem = (
+            check_launcher(self.config, self.slots, self.trial_timeout, self.process)
+            if self.config is not None
+            else None
+        )
         if problem:  # process slots bypass hydra/launcher: refuse rather than silently run locally
             raise SearchSpaceError(problem)
 
@@ -143,14 +157,19 @@ class SweeprlSweeper(Sweeper):
         try:
             return getattr(importlib.import_module(module_name), fn_name)
         except (ImportError, AttributeError, ValueError) as exc:
-            raise SearchSpaceError(f"hydra.sweeper.custom_search_space={self.custom_search_space!r} cannot be imported: {exc}") from exc
+            raise SearchSpaceError(
+                f"hydra.sweeper.custom_search_space={self.custom_search_space!r} cannot be imported: {exc}"
+            ) from exc
 
     # ------------------------------------------------------------------------------------ study
     def _make_sampler(self, space: SearchSpace) -> optuna.samplers.BaseSampler:
         if self.sampler_cfg is None:
             return optuna.samplers.TPESampler()
         extra = {}
-        if str(self.sampler_cfg.get("_target_", "")).endswith("GridSampler") and self.sampler_cfg.get("search_space") is None:
+        if (
+            str(self.sampler_cfg.get("_target_", "")).endswith("GridSampler")
+            and self.sampler_cfg.get("search_space") is None
+        ):
             extra["search_space"] = _grid_of(space)
         return _instantiate_optuna("sampler", self.sampler_cfg, extra)
 
@@ -165,10 +184,13 @@ class SweeprlSweeper(Sweeper):
         url = str(self.storage) if self.storage else default_storage(self.sweep_dir)
         self.storage_url = url
         try:
-            storage = make_storage(url, heartbeat_interval=self.heartbeat_interval, grace_period=self.grace_period,
-                                   max_retry=self.retries)  # fmt: skip
+            storage = make_storage(
+                url, heartbeat_interval=self.heartbeat_interval, grace_period=self.grace_period, max_retry=self.retries
+            )
         except Exception as exc:  # noqa: BLE001 - report any driver/URL problem as one clear message
-            raise HydraException(f"hydra.sweeper.storage={url!r} cannot be opened: {type(exc).__name__}: {exc}") from exc
+            raise HydraException(
+                f"hydra.sweeper.storage={url!r} cannot be opened: {type(exc).__name__}: {exc}"
+            ) from exc
         study = optuna.create_study(
             study_name=self.study_name,
             storage=storage,
@@ -231,7 +253,9 @@ class SweeprlSweeper(Sweeper):
             data = json.loads(Path(str(source)).read_text())
             params = data["next_sweep"]["params"]
         except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise SearchSpaceError(f"sweep_from={source!r}: not a diagnosis.json with next_sweep.params ({exc})") from exc
+            raise SearchSpaceError(
+                f"sweep_from={source!r}: not a diagnosis.json with next_sweep.params ({exc})"
+            ) from exc
         for key, value in params.items():
             if self.params.get(key) != value:
                 log.info("sweep_from: %s: %s -> %s", key, self.params.get(key, "(not swept)"), value)
@@ -257,9 +281,12 @@ class SweeprlSweeper(Sweeper):
         self._fail_stale(study, tracker)  # trials of a driver that died: FAIL, configs re-queued
         log.info(
             "study '%s' (%s): %d/%d trials finished; search space: %s",
-            self.study_name, self.storage_url, finished_count(study), self.n_trials,
+            self.study_name,
+            self.storage_url,
+            finished_count(study),
+            self.n_trials,
             ", ".join(f"{k}={v}" for k, v in space.distributions.items()),
-        )  # fmt: skip
+        )
         self._stats = {"attempts": 0, "failures": 0}
         started = time.monotonic()
         ctx = (space, passthrough, parent_run, custom)
@@ -277,8 +304,10 @@ class SweeprlSweeper(Sweeper):
         except KeyboardInterrupt:
             status = "KILLED"
             self._fail_unfinished(study, "interrupted (Ctrl-C)")
-            log.warning("interrupted: running trials were stopped and marked FAIL; the study is consistent. "
-                        "Re-run the same command to continue.")  # fmt: skip
+            log.warning(
+                "interrupted: running trials were stopped and marked FAIL; the study is consistent. "
+                "Re-run the same command to continue."
+            )
             self._finish(study, tracker, parent_run, tracking_uri, started, status=status)
             raise
         return self._finish(study, tracker, parent_run, tracking_uri, started, status=status)
@@ -290,10 +319,14 @@ class SweeprlSweeper(Sweeper):
 
         assert self.config is not None
         progress = SweepProgress(
-            str(self.study_name), self.n_trials, max_steps=OmegaConf.select(self.config, "algo.max_steps", default=None),
-            parallel=self.slots if self._use_processes() else self.n_jobs, mode=self.progress_mode, console=console,
+            str(self.study_name),
+            self.n_trials,
+            max_steps=OmegaConf.select(self.config, "algo.max_steps", default=None),
+            parallel=self.slots if self._use_processes() else self.n_jobs,
+            mode=self.progress_mode,
+            console=console,
             maximize=self.directions[0] == "maximize",
-        )  # fmt: skip
+        )
         best = best_of(study, self.directions[0] == "maximize", _param_text) if len(self.directions) == 1 else None
         progress.resume_from(finished_count(study), best)
         return progress
@@ -323,7 +356,11 @@ class SweeprlSweeper(Sweeper):
         if trial.number not in within:
             trial.set_user_attr("surplus", True)
             study.tell(trial, state=TrialState.FAIL)
-            log.info("[trial %d] not run: n_trials=%d is already covered by other drivers' trials", trial.number, self.n_trials)
+            log.info(
+                "[trial %d] not run: n_trials=%d is already covered by other drivers' trials",
+                trial.number,
+                self.n_trials,
+            )
             return None
         return trial
 
@@ -362,8 +399,10 @@ class SweeprlSweeper(Sweeper):
         self._stats["failures"] += 0 if ok else 1
         if self._stats["failures"] > math.floor(self.max_failure_rate * self.n_trials):
             raise SweepAborted(
-                f"sweep aborted: {self._stats['failures']} of {self._stats['attempts']} trials failed this run, more than "
-                f"max_failure_rate={self.max_failure_rate} x n_trials={self.n_trials} allows; see the fail reasons above"
+                f"sweep aborted: {self._stats['failures']} of {self._stats['attempts']} trials failed this run, more "
+                "than "
+                f"max_failure_rate={self.max_failure_rate} x n_trials={self.n_trials} allows; see the fail reasons "
+                "above"
             )
 
     def _retry(self, study: optuna.Study, trial: optuna.Trial) -> None:
@@ -394,8 +433,11 @@ class SweeprlSweeper(Sweeper):
                     continue
                 break
             seeds: List[Optional[int]] = list(self.seeds) or [None]
-            batch = [self._overrides(t, space, passthrough, parent_run, custom) + self._seed_overrides(seed)
-                     for t in trials for seed in seeds]  # fmt: skip
+            batch = [
+                self._overrides(t, space, passthrough, parent_run, custom) + self._seed_overrides(seed)
+                for t in trials
+                for seed in seeds
+            ]
             for t in trials:
                 self.progress.trial_started(t.number, _param_text(t.params), Path(self.sweep_dir) / f"trial_{t.number}")
             with _Heartbeat(study, trials, self.heartbeat_interval):
@@ -406,7 +448,9 @@ class SweeprlSweeper(Sweeper):
 
                     if is_basic_launcher(self.config):
                         raise
-                    returns = recover_round(self.sweep_dir, [(t.number, s) for t in trials for s in seeds], exc, self.grace_period)
+                    returns = recover_round(
+                        self.sweep_dir, [(t.number, s) for t in trials for s in seeds], exc, self.grace_period
+                    )
             oks = []  # tell every trial of the round before an abort, so none is left RUNNING
             for i, trial in enumerate(trials):
                 ok = self._tell(study, trial, returns[i * len(seeds) : (i + 1) * len(seeds)])
@@ -424,15 +468,29 @@ class SweeprlSweeper(Sweeper):
 
         space, passthrough, parent_run, custom = ctx
         if self.seeds:
-            raise SearchSpaceError("hydra.sweeper.seeds is not supported with process slots yet; use slots=1 without trial_timeout")
+            raise SearchSpaceError(
+                "hydra.sweeper.seeds is not supported with process slots yet; use slots=1 without trial_timeout"
+            )
         # the driver's hydra settings (sampler/pruner choices, …) minus what makes it a driver
-        hydra_overrides = [o for o in OmegaConf.to_container(self.config.hydra.overrides.hydra)
-                           if not o.startswith(("hydra.mode=", "hydra.sweeper.n_trials"))]  # fmt: skip
-        pool = SlotPool(self.slots, [*passthrough, *hydra_overrides], devices=self.devices,
-                        threads_per_slot=self.threads_per_slot, trial_timeout=self.trial_timeout)  # fmt: skip
-        log.info("%d slot(s), %d CPU thread(s) each%s%s", pool.slots, pool.threads,
-                 f", devices {pool.devices}" if pool.devices else "",
-                 f", trial_timeout {self.trial_timeout:g}s" if self.trial_timeout else "")  # fmt: skip
+        hydra_overrides = [
+            o
+            for o in OmegaConf.to_container(self.config.hydra.overrides.hydra)
+            if not o.startswith(("hydra.mode=", "hydra.sweeper.n_trials"))
+        ]
+        pool = SlotPool(
+            self.slots,
+            [*passthrough, *hydra_overrides],
+            devices=self.devices,
+            threads_per_slot=self.threads_per_slot,
+            trial_timeout=self.trial_timeout,
+        )
+        log.info(
+            "%d slot(s), %d CPU thread(s) each%s%s",
+            pool.slots,
+            pool.threads,
+            f", devices {pool.devices}" if pool.devices else "",
+            f", trial_timeout {self.trial_timeout:g}s" if self.trial_timeout else "",
+        )
         last_beat = 0.0
         import signal as _signal
 
@@ -450,7 +508,9 @@ class SweeprlSweeper(Sweeper):
                 now = time.monotonic()
                 if now - last_beat >= self.heartbeat_interval:
                     for run in pool.running.values():
-                        study._storage.record_heartbeat(run.trial._trial_id) if hasattr(study._storage, "record_heartbeat") else None
+                        study._storage.record_heartbeat(run.trial._trial_id) if hasattr(
+                            study._storage, "record_heartbeat"
+                        ) else None
                     self._fail_stale(study, tracker)
                     last_beat = now
                 free = pool.free_slots()
@@ -462,7 +522,9 @@ class SweeprlSweeper(Sweeper):
                         break
                     overrides = self._overrides(trial, space, [], parent_run, custom)
                     pool.start(trial, overrides, Path(self.sweep_dir) / f"trial_{trial.number}", slot)
-                    self.progress.trial_started(trial.number, _param_text(trial.params), Path(self.sweep_dir) / f"trial_{trial.number}")
+                    self.progress.trial_started(
+                        trial.number, _param_text(trial.params), Path(self.sweep_dir) / f"trial_{trial.number}"
+                    )
                     log.info("[trial %d] started in slot %d", trial.number, slot)
                 if not pool.running:
                     if finished_count(study) >= self.n_trials:
@@ -507,17 +569,27 @@ class SweeprlSweeper(Sweeper):
             values = [float(v) for v in data["values"]]
             if len(values) == len(self.directions) and is_finite_values(values):
                 study.tell(trial, values if len(values) > 1 else values[0])
-                log.info("[trial %d] COMPLETE objective=%s %s (%.0f s)", trial.number, ", ".join(f"{v:.4g}" for v in values), params, outcome.seconds)
+                log.info(
+                    "[trial %d] COMPLETE objective=%s %s (%.0f s)",
+                    trial.number,
+                    ", ".join(f"{v:.4g}" for v in values),
+                    params,
+                    outcome.seconds,
+                )
                 self._progress_event(trial, "COMPLETE", values[0])
                 return True
             reason = f"objective is not a finite number: {data['values']!r}"
         else:
-            reason = describe_exit(outcome.returncode, outcome.timed_out, self.trial_timeout, tail(run.trial_dir / "trial_process.log"))
+            reason = describe_exit(
+                outcome.returncode, outcome.timed_out, self.trial_timeout, tail(run.trial_dir / "trial_process.log")
+            )
         self._fail(study, trial, reason, params)
         self._record_failure_details(trial, tracker, log_file=run.trial_dir / "trial_process.log", reason=reason)
         return False
 
-    def _record_failure_details(self, trial: optuna.Trial, tracker, log_file: Optional[Path] = None, reason: Optional[str] = None) -> None:
+    def _record_failure_details(
+        self, trial: optuna.Trial, tracker, log_file: Optional[Path] = None, reason: Optional[str] = None
+    ) -> None:
         """Last 50 log lines as a trial attribute and as an artifact of the trial's MLflow run (ended FAILED)."""
         from hydra_plugins.sweeprl_sweeper.slots import tail
         from sweeprl.tracking import TAG_STATE, TAG_STUDY, TAG_TRIAL
@@ -545,7 +617,9 @@ class SweeprlSweeper(Sweeper):
 
     def _experiment_name(self) -> str:
         tracking = self.config.get("tracking") if self.config is not None else None
-        return (tracking.experiment_name if tracking is not None and tracking.experiment_name else None) or str(self.study_name)
+        return (tracking.experiment_name if tracking is not None and tracking.experiment_name else None) or str(
+            self.study_name
+        )
 
     def _seed_overrides(self, seed: Optional[int]) -> List[str]:
         """Multi-seed runs: the seed, a trial-dir suffix, and no pruner reports (seeds would collide)."""
@@ -553,7 +627,9 @@ class SweeprlSweeper(Sweeper):
             return []
         return [f"algo.seed={seed}", f"sweeprl.run_suffix=_seed{seed}", "sweeprl.report_to_pruner=false"]
 
-    def _overrides(self, trial: optuna.Trial, space: SearchSpace, passthrough: List[str], parent_run: Optional[str], custom) -> List[str]:
+    def _overrides(
+        self, trial: optuna.Trial, space: SearchSpace, passthrough: List[str], parent_run: Optional[str], custom
+    ) -> List[str]:
         if custom is not None:
             custom(self.config, trial)
         overrides = list(passthrough)
@@ -578,7 +654,9 @@ class SweeprlSweeper(Sweeper):
         if dirs:
             trial.set_user_attr("trial_dir", dirs[0] if len(dirs) == 1 else dirs)
         self._record_files(trial, dirs)
-        pruned = [r for r in rets if r.status != JobStatus.COMPLETED and isinstance(r._return_value, optuna.TrialPruned)]
+        pruned = [
+            r for r in rets if r.status != JobStatus.COMPLETED and isinstance(r._return_value, optuna.TrialPruned)
+        ]
         failed = [r for r in rets if r.status != JobStatus.COMPLETED and r not in pruned]
         if failed:
             exc = failed[0]._return_value
@@ -600,7 +678,12 @@ class SweeprlSweeper(Sweeper):
             value = r._return_value
             values = list(value) if isinstance(value, (list, tuple)) else [value]
             if len(values) != len(self.directions):
-                return self._fail(study, trial, f"task returned {len(values)} value(s) for {len(self.directions)} direction(s)", params)
+                return self._fail(
+                    study,
+                    trial,
+                    f"task returned {len(values)} value(s) for {len(self.directions)} direction(s)",
+                    params,
+                )
             if not is_finite_values(values):
                 return self._fail(study, trial, f"objective is not a finite number: {value!r}", params)
             per_run.append([float(v) for v in values])
@@ -654,7 +737,9 @@ class SweeprlSweeper(Sweeper):
         self._progress_event(trial, "FAIL")
         return False
 
-    def _finish(self, study: optuna.Study, tracker, parent_run, tracking_uri, started: float, status: str) -> Dict[str, Any]:
+    def _finish(
+        self, study: optuna.Study, tracker, parent_run, tracking_uri, started: float, status: str
+    ) -> Dict[str, Any]:
         from sweeprl.console import console, trials_table
         from sweeprl.study import ranked_rows, write_results
         from sweeprl.tracking import ui_command
@@ -674,10 +759,11 @@ class SweeprlSweeper(Sweeper):
         elapsed = time.monotonic() - started
         lines = [
             f"sweep {status.lower()} in {elapsed:.0f} s; results: {results_path}",
-            f"best: {results.get('best_value')} with {results.get('best_params')}" if len(self.directions) == 1 else
-            f"pareto front: {len(results.get('solutions', []))} trials",
+            f"best: {results.get('best_value')} with {results.get('best_params')}"
+            if len(self.directions) == 1
+            else f"pareto front: {len(results.get('solutions', []))} trials",
             f"optuna storage: {self.storage_url}",
-        ]  # fmt: skip
+        ]
         if self.report and rows:
             try:
                 from sweeprl.report import build_report, log_report_to_mlflow
@@ -806,5 +892,7 @@ def _grid_of(space: SearchSpace) -> Dict[str, List[Any]]:
             n = int(round((dist.high - dist.low) / dist.step))
             grid[key] = [dist.low + i * dist.step for i in range(n + 1)]
         else:
-            raise SearchSpaceError(f"sampler=grid needs a finite space; '{key}' is a continuous interval (use choice() or range())")
+            raise SearchSpaceError(
+                f"sampler=grid needs a finite space; '{key}' is a continuous interval (use choice() or range())"
+            )
     return grid

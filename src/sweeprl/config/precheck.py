@@ -23,8 +23,22 @@ from sweeprl.config import CONFIG_DIR
 from sweeprl.config.validate import ConfigValidationError, validate
 
 FLAGS_WITH_VALUE = {"--cfg", "-c", "--package", "-p", "--experimental-rerun"}
-SKIP_FLAGS = {"--help", "-h", "--hydra-help", "--info", "-i", "--shell-completion", "-sc", "--config-path", "-cp",
-              "--config-name", "-cn", "--config-dir", "-cd", "--experimental-rerun"}  # fmt: skip
+SKIP_FLAGS = {
+    "--help",
+    "-h",
+    "--hydra-help",
+    "--info",
+    "-i",
+    "--shell-completion",
+    "-sc",
+    "--config-path",
+    "-cp",
+    "--config-name",
+    "-cn",
+    "--config-dir",
+    "-cd",
+    "--experimental-rerun",
+}
 
 
 def split_argv(argv: List[str]) -> Tuple[List[str], bool]:
@@ -58,7 +72,9 @@ def task_overrides(overrides: List[str]) -> List[str]:
             ov = parser.parse_override(line)
         except HydraException as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise MalformedOverride(f"malformed override {line!r}: {first} (grammar: https://hydra.cc/docs/advanced/override_grammar/basic)") from exc
+            raise MalformedOverride(
+                f"malformed override {line!r}: {first} (grammar: https://hydra.cc/docs/advanced/override_grammar/basic)"
+            ) from exc
         if ov.is_hydra_override() or ov.is_sweep_override():
             continue
         kept.append(line)
@@ -107,7 +123,9 @@ def explain(exc: Exception, overrides: List[str]) -> str:
     if OmegaConf.select(base, key, default=_ABSENT) is _ABSENT and isinstance(node, DictConfig):
         options = sorted(str(k) for k in node.keys())
         close = difflib.get_close_matches(leaf, options, n=3)
-        hint = f" Did you mean: {', '.join((parent_key + '.' if parent_key else '') + c for c in close)}?" if close else ""
+        hint = (
+            f" Did you mean: {', '.join((parent_key + '.' if parent_key else '') + c for c in close)}?" if close else ""
+        )
         return (
             f"unknown config key '{key}' (value {value!r}).{hint}\n"
             f"  allowed keys of '{parent_key or '<root>'}': {', '.join(options)}"

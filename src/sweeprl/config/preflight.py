@@ -16,7 +16,6 @@ Nothing is created: a failed check leaves no directory behind.
 
 from __future__ import annotations
 
-import os
 import tempfile
 import urllib.error
 import urllib.parse
@@ -84,7 +83,7 @@ def tracking_problem(uri: str) -> Optional[str]:
             reason = getattr(exc, "reason", exc)
             return f"cannot be reached ({reason}; waited up to {PROBE_TIMEOUT_S:g} s)"
     if parsed.scheme == "sqlite":
-        db = uri[len("sqlite:///"):] if uri.startswith("sqlite:///") else ""
+        db = uri[len("sqlite:///") :] if uri.startswith("sqlite:///") else ""
         if not db or db == ":memory:":
             return None
         problem = writable_problem(Path(db).absolute().parent)  # sqlite:///rel/path or sqlite:////abs/path
@@ -114,8 +113,10 @@ def preflight(cfg: DictConfig, args: List[str]) -> Tuple[Optional[str], List[str
     if OmegaConf.select(cfg, "tracking.fallback_local", default=False):
         local_problem = tracking_problem(local)
         if local_problem is None:
-            warning = (f"WARNING: MLflow tracking.uri={uri} {problem}; tracking.fallback_local=true, so this run logs "
-                       f"to the local store {local} instead (sync it later or re-run against the server).")  # fmt: skip
+            warning = (
+                f"WARNING: MLflow tracking.uri={uri} {problem}; tracking.fallback_local=true, so this run logs "
+                f"to the local store {local} instead (sync it later or re-run against the server)."
+            )
             return None, [*args, f"tracking.uri={local}"], [warning]
         return f"MLflow tracking.uri={uri} {problem}, and the fallback local store {local} {local_problem}.", args, []
     fix = "Start the server or fix the URI" if uri.startswith(("http://", "https://")) else "Fix the URI"

@@ -39,12 +39,16 @@ class TinyModelSpec:
 @dataclass
 class ModelConfig:
     name: str = f(MISSING, "Short name of this model config (used in run names).")
-    source: str = f("hub", "Where the weights come from: 'tiny' (built locally from `tiny`) or 'hub' (hub id or local path).")
+    source: str = f(
+        "hub", "Where the weights come from: 'tiny' (built locally from `tiny`) or 'hub' (hub id or local path)."
+    )
     name_or_path: Optional[str] = f(None, "Hub id or local directory of a pretrained causal LM (source=hub).")
     revision: Optional[str] = f(None, "Hub revision (branch, tag or commit) of `name_or_path`.")
     dtype: str = f("auto", "Weights dtype: auto (bf16 on a bf16-capable GPU, else fp32), float32, bfloat16, float16.")
     trust_remote_code: bool = f(False, "Allow model repos that ship their own Python code.")
-    attn_implementation: Optional[str] = f(None, "Attention kernel (eager, sdpa, flash_attention_2); None lets transformers choose.")
+    attn_implementation: Optional[str] = f(
+        None, "Attention kernel (eager, sdpa, flash_attention_2); None lets transformers choose."
+    )
     cache_dir: str = f("~/.cache/sweeprl/models", "Where the tiny model is built and cached (source=tiny).")
     tiny: TinyModelSpec = field(default_factory=TinyModelSpec, metadata={"help": "Architecture of the tiny model."})
 
@@ -72,9 +76,15 @@ class TRLAlgoConfig:
     learning_rate: float = f(1e-6, "Peak learning rate of AdamW.")
     beta: float = f(0.0, "KL coefficient against the reference model (0 = no reference model is loaded).")
     num_generations: int = f(8, "Completions sampled per prompt (the group).")
-    per_device_train_batch_size: int = f(24, "Completions per device per optimizer micro-step (24 is divisible by the default num_generations choices 4, 6, 8).")
+    per_device_train_batch_size: int = f(
+        24,
+        "Completions per device per optimizer micro-step (24 is divisible by the default num_generations choices 4, "
+        "6, 8).",
+    )
     gradient_accumulation_steps: int = f(1, "Micro-steps per optimizer update.")
-    generation_batch_size: Optional[int] = f(None, "Completions generated per generation round; None = batch x accumulation.")
+    generation_batch_size: Optional[int] = f(
+        None, "Completions generated per generation round; None = batch x accumulation."
+    )
     num_iterations: int = f(1, "Optimisation passes over each generated batch (mu in the GRPO paper).")
     max_grad_norm: float = f(1.0, "Gradient clipping norm.")
     warmup_steps: float = f(0, "Warmup updates (an int count, or a fraction of max_steps when < 1).")
@@ -89,7 +99,9 @@ class TRLAlgoConfig:
     max_steps: int = f(100, "Number of optimizer updates of the trial.")
     logging_steps: int = f(1, "Log metrics every this many updates.")
     seed: int = f(42, "Training seed (sampling, data order, dropout).")
-    extra: Dict[str, Any] = f({}, "Any other field of the TRL config, passed through as is (e.g. +algo.extra.top_entropy_quantile=0.2).")
+    extra: Dict[str, Any] = f(
+        {}, "Any other field of the TRL config, passed through as is (e.g. +algo.extra.top_entropy_quantile=0.2)."
+    )
 
 
 @dataclass
@@ -140,7 +152,9 @@ class DataConfig:
     name: str = f(MISSING, "Dataset name: a registered builder (synthetic_prompts) or a hub/local dataset loader.")
     num_prompts: int = f(64, "Number of training prompts (synthetic datasets).")
     prompt_template: str = f("Task {i}:", "Prompt text of synthetic prompts; {i} is the prompt index.")
-    max_prompt_length: Optional[int] = f(None, "Prompts longer than this many tokens are truncated from the left (None = keep).")
+    max_prompt_length: Optional[int] = f(
+        None, "Prompts longer than this many tokens are truncated from the left (None = keep)."
+    )
     validation_fraction: float = f(0.0, "Fraction of prompts held out as a validation split (by id, deterministic).")
     eval_every: int = f(0, "Evaluate the reward on the validation split every this many updates (0 = never).")
     kwargs: Dict[str, Any] = f({}, "Extra arguments of the dataset builder.")
@@ -161,7 +175,11 @@ class ObjectiveWeights:
 
 @dataclass
 class ObjectiveConfig:
-    name: str = f("stability_adjusted", "stability_adjusted (reward minus instability penalties), pareto (reward vs. instability, two values) or reward (plain final reward).")
+    name: str = f(
+        "stability_adjusted",
+        "stability_adjusted (reward minus instability penalties), pareto (reward vs. instability, two values) or "
+        "reward (plain final reward).",
+    )
     reward_key: str = f("reward", "Metric holding the per-step mean reward.")
     window: float = f(0.25, "Late window as a fraction of logged steps.")
     final_steps: int = f(5, "Logged steps averaged for the final reward (objective=reward).")
@@ -185,7 +203,9 @@ class GuardsConfig:
 
 @dataclass
 class PruningConfig:
-    report_every: int = f(5, "Report the running objective to the study every this many updates (pruners decide on it).")
+    report_every: int = f(
+        5, "Report the running objective to the study every this many updates (pruners decide on it)."
+    )
     min_steps: int = f(10, "Never prune before this many updates.")
     guards: GuardsConfig = field(default_factory=GuardsConfig, metadata={"help": "Red-flag guards."})
 
@@ -195,11 +215,16 @@ class PruningConfig:
 class TrackingConfig:
     enabled: bool = f(True, "Log trials to MLflow.")
     uri: Optional[str] = f(None, "MLflow tracking URI; None = the embedded store sqlite:///<launch dir>/mlflow.db.")
-    experiment_name: Optional[str] = f(None, "MLflow experiment; None = the study name (sweeps) or the experiment name.")
+    experiment_name: Optional[str] = f(
+        None, "MLflow experiment; None = the study name (sweeps) or the experiment name."
+    )
     log_params: bool = f(True, "Log every resolved config value as a run param.")
     log_config_artifact: bool = f(True, "Log the resolved config YAML as an artifact.")
-    fallback_local: bool = f(False, "When uri cannot be reached at start: warn and log to the local store "
-                                    "sqlite:///<launch dir>/mlflow.db instead of refusing to run.")
+    fallback_local: bool = f(
+        False,
+        "When uri cannot be reached at start: warn and log to the local store "
+        "sqlite:///<launch dir>/mlflow.db instead of refusing to run.",
+    )
 
 
 # ------------------------------------------------------------------------------------------- runtime

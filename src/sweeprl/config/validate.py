@@ -157,9 +157,14 @@ def _search_space_checks(cfg: DictConfig) -> List[str]:
         if len(lo_hi) != 2 or not lo_hi[0] < lo_hi[1]:
             problems.append(f"search_space.{key}={lo_hi} is invalid; allowed: [low, high] with low < high")
     if space.learning_rate[0] <= 0:
-        problems.append(f"search_space.learning_rate={list(space.learning_rate)} is invalid; allowed: low > 0 (log scale)")
+        problems.append(
+            f"search_space.learning_rate={list(space.learning_rate)} is invalid; allowed: low > 0 (log scale)"
+        )
     if not all(int(g) >= 1 for g in space.num_generations):
-        problems.append(f"search_space.num_generations={list(space.num_generations)} is invalid; allowed: ints >= 1 (>= 2 for GRPO/RLOO)")
+        problems.append(
+            f"search_space.num_generations={list(space.num_generations)} is invalid; allowed: ints >= 1 (>= 2 for "
+            "GRPO/RLOO)"
+        )
     return problems
 
 

@@ -30,7 +30,9 @@ def resolve_device(requested: str) -> DeviceSettings:
     if requested == "cpu" or not has_cuda:
         return DeviceSettings(use_cpu=True, bf16=False, description="cpu")
     bf16 = torch.cuda.is_bf16_supported()
-    return DeviceSettings(use_cpu=False, bf16=bf16, description=f"cuda x{torch.cuda.device_count()}" + (" bf16" if bf16 else ""))
+    return DeviceSettings(
+        use_cpu=False, bf16=bf16, description=f"cuda x{torch.cuda.device_count()}" + (" bf16" if bf16 else "")
+    )
 
 
 def model_path(model_cfg: DictConfig) -> str:

@@ -44,7 +44,9 @@ def build_reward(name: str, kwargs: Dict[str, Any] | None = None, context: Dict[
     """
     load_builtin()
     if name not in REGISTRY:
-        raise KeyError(f"reward.funcs[].name={name!r} is not a registered reward; available: {', '.join(sorted(REGISTRY))}")
+        raise KeyError(
+            f"reward.funcs[].name={name!r} is not a registered reward; available: {', '.join(sorted(REGISTRY))}"
+        )
     factory = REGISTRY[name]
     accepted = inspect.signature(factory).parameters
     unknown = set(kwargs or {}) - set(accepted)
@@ -57,7 +59,11 @@ def build_reward(name: str, kwargs: Dict[str, Any] | None = None, context: Dict[
 
 
 def load_builtin() -> None:
-    from sweeprl.rewards import ocaml, teacher, text  # noqa: F401  (registers ocaml_syntax_aware, teacher_relative, length, charset)
+    from sweeprl.rewards import (  # noqa: F401  (registers ocaml_syntax_aware, teacher_relative, length, charset)
+        ocaml,
+        teacher,
+        text,
+    )
 
 
 __all__ = ["REGISTRY", "RewardFunc", "build_reward", "completion_text", "register"]

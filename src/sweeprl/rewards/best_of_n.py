@@ -27,13 +27,15 @@ def best_of_n(rewards: Sequence[Optional[float]], group_size: int) -> float:
         raise ValueError(f"best_of_n: group_size={group_size} must be >= 1")
     bests: List[float] = []
     for start in range(0, len(rewards), group_size):
-        finite = [float(r) for r in rewards[start:start + group_size] if r is not None and math.isfinite(float(r))]
+        finite = [float(r) for r in rewards[start : start + group_size] if r is not None and math.isfinite(float(r))]
         if finite:
             bests.append(max(finite))
     return sum(bests) / len(bests) if bests else math.nan
 
 
-def with_best_of_n(funcs: Sequence[Callable[..., List[Optional[float]]]], weights: Sequence[float], group_size: int) -> List[Callable[..., Any]]:
+def with_best_of_n(
+    funcs: Sequence[Callable[..., List[Optional[float]]]], weights: Sequence[float], group_size: int
+) -> List[Callable[..., Any]]:
     """Wrap reward functions (names and behaviour unchanged) so the batch's ``reward_best_of_n`` is logged."""
     lock = threading.Lock()
     pending: Dict[int, List[Optional[List[Optional[float]]]]] = {}

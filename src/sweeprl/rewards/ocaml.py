@@ -118,7 +118,7 @@ def harness(tests: Sequence[str]) -> str:
         "let () =\n"
         "  let i = int_of_string Sys.argv.(1) in\n"
         "  print_string (match __sweeprl_tests.(i) () with\n"
-        "    | true -> \"PASS\" | false -> \"FAIL\" | exception _ -> \"ERROR\")\n"
+        '    | true -> "PASS" | false -> "FAIL" | exception _ -> "ERROR")\n'
     )
 
 
@@ -155,7 +155,9 @@ fi
 lastpid() { read -r LP < /proc/sys/kernel/ns_last_pid 2>/dev/null || LP=-1; }
 clean=0
 # the baseline has exactly the shape of a test run below (bash forks differently with a redirection)
-if [ -n "$SANDBOX_PIDNS" ]; then lastpid; a=$LP; r=$(timeout -s KILL $ttimeout true 2>/dev/null) || true; lastpid; b=$LP; clean=$((b-a)); fi
+if [ -n "$SANDBOX_PIDNS" ]; then
+  lastpid; a=$LP; r=$(timeout -s KILL $ttimeout true 2>/dev/null) || true; lastpid; b=$LP; clean=$((b-a))
+fi
 run_tests() {  # $1 = binary, $2 = first test index, $3 = count
   j=0
   while [ $j -lt $3 ]; do
@@ -186,15 +188,25 @@ fi
 class OCamlScorer:
     """Scores completions against problems; thread-safe; reusable outside training (``sweeprl score``)."""
 
-    def __init__(self, weights: Optional[Mapping[str, float]] = None, end_marker: str = "(* END *)",
-                 min_code_lines: int = 8, runaway_penalty: float = 0.3, test_timeout: float = 2.0,
-                 compile_seconds: float = 20.0, isolation: str = "auto", workers: int = 0,
-                 limits: Optional[Limits] = None):  # fmt: skip
+    def __init__(
+        self,
+        weights: Optional[Mapping[str, float]] = None,
+        end_marker: str = "(* END *)",
+        min_code_lines: int = 8,
+        runaway_penalty: float = 0.3,
+        test_timeout: float = 2.0,
+        compile_seconds: float = 20.0,
+        isolation: str = "auto",
+        workers: int = 0,
+        limits: Optional[Limits] = None,
+    ):
         require_ocaml()
         self.weights = {**DEFAULT_WEIGHTS, **(weights or {})}
         unknown = set(self.weights) - set(COMPONENTS)
         if unknown:
-            raise ValueError(f"ocaml reward weights: unknown component(s) {sorted(unknown)}; allowed: {', '.join(COMPONENTS)}")
+            raise ValueError(
+                f"ocaml reward weights: unknown component(s) {sorted(unknown)}; allowed: {', '.join(COMPONENTS)}"
+            )
         self.end_marker = end_marker
         self.min_code_lines = min_code_lines
         self.runaway_penalty = runaway_penalty
@@ -204,8 +216,13 @@ class OCamlScorer:
         self.sandbox = Sandbox(self.base_limits, isolation=isolation)
         self.workers = workers or os.cpu_count() or 1
 
-    def score(self, completion: str, tests: Sequence[str], truncated: bool = False,
-              weights: Optional[Mapping[str, float]] = None) -> Score:  # fmt: skip
+    def score(
+        self,
+        completion: str,
+        tests: Sequence[str],
+        truncated: bool = False,
+        weights: Optional[Mapping[str, float]] = None,
+    ) -> Score:
         w = {**self.weights, **(weights or {})}
         code, has_marker = extract_code(completion, self.end_marker)
         lines = code_line_count(code)
@@ -221,8 +238,11 @@ class OCamlScorer:
         files.update({f"test_{k}.ml": single_harness(t) for k, t in enumerate(tests)})
         wall = self.compile_seconds * 2 + len(items) * 2 + len(tests) * (self.test_timeout + 0.5) + 5
         limits = Limits(**{**asdict(self.base_limits), "wall_seconds": wall})
-        result = self.sandbox.run(["/bin/bash", "-c", SCRIPT, "score", str(len(tests)), str(self.test_timeout), str(len(items))],
-                                  files=files, limits=limits)  # fmt: skip
+        result = self.sandbox.run(
+            ["/bin/bash", "-c", SCRIPT, "score", str(len(tests)), str(self.test_timeout), str(len(items))],
+            files=files,
+            limits=limits,
+        )
         self._parse(result.stdout, s)
         if result.timed_out:
             s.note = f"sandbox wall time {wall:.0f}s exceeded"
@@ -253,7 +273,9 @@ class OCamlScorer:
             s.type_errors = s.items  # the sandbox died before type checking finished
         s.tests_passed = sum(r == "PASS" for r in s.test_results)
 
-    def score_many(self, jobs: Sequence[tuple[str, Sequence[str], bool]], weights: Optional[Mapping[str, float]] = None) -> List[Score]:
+    def score_many(
+        self, jobs: Sequence[tuple[str, Sequence[str], bool]], weights: Optional[Mapping[str, float]] = None
+    ) -> List[Score]:
         """Score ``(completion, tests, truncated)`` jobs in parallel, results in input order."""
         if self.workers <= 1 or len(jobs) <= 1:
             return [self.score(c, t, tr, weights) for c, t, tr in jobs]
@@ -274,31 +296,57 @@ def validate_curriculum(curriculum: Sequence[Mapping[str, Any]]) -> None:
     for i, phase in enumerate(curriculum or ()):
         until = float(phase.get("until", -1))
         if not last < until <= 1.0:
-            raise ValueError(f"reward curriculum[{i}].until={phase.get('until')!r}; allowed: increasing fractions in (0, 1]")
+            raise ValueError(
+                f"reward curriculum[{i}].until={phase.get('until')!r}; allowed: increasing fractions in (0, 1]"
+            )
         bad = set(phase.get("weights", {})) - set(COMPONENTS)
         if bad:
-            raise ValueError(f"reward curriculum[{i}].weights has unknown component(s) {sorted(bad)}; allowed: {', '.join(COMPONENTS)}")
+            raise ValueError(
+                f"reward curriculum[{i}].weights has unknown component(s) {sorted(bad)}; allowed: "
+                f"{', '.join(COMPONENTS)}"
+            )
         last = until
 
 
 @register("ocaml_syntax_aware")
-def ocaml_syntax_aware(weights: Optional[Mapping[str, float]] = None, end_marker: str = "(* END *)",
-                       min_code_lines: int = 8, runaway_penalty: float = 0.3, test_timeout: float = 2.0,
-                       workers: int = 0, isolation: str = "auto", curriculum: Optional[List[Mapping[str, Any]]] = None,
-                       max_completion_length: Optional[int] = None, output_dir: Optional[str] = None,
-                       max_steps: Optional[int] = None):  # fmt: skip
+def ocaml_syntax_aware(
+    weights: Optional[Mapping[str, float]] = None,
+    end_marker: str = "(* END *)",
+    min_code_lines: int = 8,
+    runaway_penalty: float = 0.3,
+    test_timeout: float = 2.0,
+    workers: int = 0,
+    isolation: str = "auto",
+    curriculum: Optional[List[Mapping[str, Any]]] = None,
+    max_completion_length: Optional[int] = None,
+    output_dir: Optional[str] = None,
+    max_steps: Optional[int] = None,
+):
     """Factory of the TRL reward function (``max_completion_length``, ``output_dir`` and ``max_steps`` are
     filled in by the trial)."""
-    scorer = OCamlScorer(weights=weights, end_marker=end_marker, min_code_lines=min_code_lines,
-                         runaway_penalty=runaway_penalty, test_timeout=test_timeout, workers=workers,
-                         isolation=isolation)  # fmt: skip
+    scorer = OCamlScorer(
+        weights=weights,
+        end_marker=end_marker,
+        min_code_lines=min_code_lines,
+        runaway_penalty=runaway_penalty,
+        test_timeout=test_timeout,
+        workers=workers,
+        isolation=isolation,
+    )
     curriculum = [dict(p) for p in (curriculum or [])]
     validate_curriculum(curriculum)
     sink = Path(output_dir) / "completions.jsonl" if output_dir else None
     lock = threading.Lock()
 
-    def ocaml_syntax_aware(completions, tests=None, id=None, completion_ids=None, trainer_state=None,  # noqa: A002
-                           log_metric=None, **_) -> List[float]:  # fmt: skip
+    def ocaml_syntax_aware(
+        completions,
+        tests=None,
+        id=None,
+        completion_ids=None,
+        trainer_state=None,  # noqa: A002
+        log_metric=None,
+        **_,
+    ) -> List[float]:
         if tests is None:
             raise KeyError("reward ocaml_syntax_aware needs a 'tests' column in the dataset (data=ocaml_problems)")
         texts = [completion_text(c) for c in completions]

@@ -164,7 +164,9 @@ def judge_settings(given: Optional[Mapping[str, Any]], output_dir: Optional[str]
     given = dict(given or {})
     unknown = set(given) - set(JUDGE_DEFAULTS)
     if unknown:
-        raise ValueError(f"teacher_relative judge: unknown setting(s) {sorted(unknown)}; allowed: {', '.join(JUDGE_DEFAULTS)}")
+        raise ValueError(
+            f"teacher_relative judge: unknown setting(s) {sorted(unknown)}; allowed: {', '.join(JUDGE_DEFAULTS)}"
+        )
     s = {**JUDGE_DEFAULTS, **given}
     for key in ("base_url", "model"):
         if not s[key]:
@@ -172,10 +174,19 @@ def judge_settings(given: Optional[Mapping[str, Any]], output_dir: Optional[str]
     if "{completion}" not in s["prompt_template"]:
         raise ValueError("teacher_relative judge: judge.prompt_template must contain {completion}")
     re.compile(s["score_regex"])
-    if float(s["score_scale"]) <= 0 or int(s["max_concurrency"]) < 1 or float(s["timeout"]) <= 0 or int(s["max_retries"]) < 0:
-        raise ValueError("teacher_relative judge: need score_scale > 0, max_concurrency >= 1, timeout > 0, max_retries >= 0")
+    if (
+        float(s["score_scale"]) <= 0
+        or int(s["max_concurrency"]) < 1
+        or float(s["timeout"]) <= 0
+        or int(s["max_retries"]) < 0
+    ):
+        raise ValueError(
+            "teacher_relative judge: need score_scale > 0, max_concurrency >= 1, timeout > 0, max_retries >= 0"
+        )
     if not s["cache_dir"]:
-        s["cache_dir"] = str(Path(output_dir) / "judge_cache") if output_dir else tempfile.mkdtemp(prefix="sweeprl-judge-cache-")
+        s["cache_dir"] = (
+            str(Path(output_dir) / "judge_cache") if output_dir else tempfile.mkdtemp(prefix="sweeprl-judge-cache-")
+        )
     return s
 
 
@@ -229,8 +240,11 @@ class JudgeClient:
         if result.error is None:
             value = self.parse(result.detail)
             if value is None:
-                return JudgeResult(error="unparsable", detail=f"no score in judge answer {result.detail[:200]!r}",
-                                   attempts=result.attempts)  # fmt: skip
+                return JudgeResult(
+                    error="unparsable",
+                    detail=f"no score in judge answer {result.detail[:200]!r}",
+                    attempts=result.attempts,
+                )
             self._write_cache(path, {"model": self.s["model"], "answer": result.detail})
             return JudgeResult(score=value, attempts=result.attempts)
         return result
@@ -263,7 +277,9 @@ class JudgeClient:
                 if not f.retry or attempts > retries:
                     suffix = f" after {attempts} attempt(s)" if f.retry else ""
                     return JudgeResult(error=f.kind, detail=f.detail + suffix, attempts=attempts)
-                delay = f.retry_after if f.retry_after is not None else float(self.s["backoff_base"]) * 2 ** (attempts - 1)
+                delay = (
+                    f.retry_after if f.retry_after is not None else float(self.s["backoff_base"]) * 2 ** (attempts - 1)
+                )
                 log.debug("judge %s (%s); retry %d/%d in %.2fs", f.kind, f.detail, attempts, retries, delay)
                 time.sleep(delay)
 
@@ -347,11 +363,18 @@ def _ocaml_scorer(reference_scorer: str, reference_kwargs: Mapping[str, Any]) ->
 
 
 @register("teacher_relative")
-def teacher_relative(scorer: str = "reference", epsilon: float = 1e-6, max_reward: float = 2.0,
-                     reward_threshold: Optional[float] = None, below_threshold: str = "drop",
-                     reference_scorer: str = "ocaml_syntax_aware", reference_kwargs: Optional[Mapping[str, Any]] = None,
-                     judge: Optional[Mapping[str, Any]] = None, output_dir: Optional[str] = None,
-                     max_completion_length: Optional[int] = None):  # fmt: skip
+def teacher_relative(
+    scorer: str = "reference",
+    epsilon: float = 1e-6,
+    max_reward: float = 2.0,
+    reward_threshold: Optional[float] = None,
+    below_threshold: str = "drop",
+    reference_scorer: str = "ocaml_syntax_aware",
+    reference_kwargs: Optional[Mapping[str, Any]] = None,
+    judge: Optional[Mapping[str, Any]] = None,
+    output_dir: Optional[str] = None,
+    max_completion_length: Optional[int] = None,
+):
     """Factory of the ``teacher_relative`` TRL reward (see the module docstring).
 
     ``reference_kwargs`` go to :class:`sweeprl.rewards.ocaml.OCamlScorer` (``limits`` may be a mapping);
@@ -361,9 +384,13 @@ def teacher_relative(scorer: str = "reference", epsilon: float = 1e-6, max_rewar
     if scorer not in SCORERS:
         raise ValueError(f"teacher_relative: scorer={scorer!r}; allowed: {', '.join(SCORERS)}")
     if reference_scorer not in REFERENCE_SCORERS:
-        raise ValueError(f"teacher_relative: reference_scorer={reference_scorer!r}; allowed: {', '.join(REFERENCE_SCORERS)}")
+        raise ValueError(
+            f"teacher_relative: reference_scorer={reference_scorer!r}; allowed: {', '.join(REFERENCE_SCORERS)}"
+        )
     if below_threshold not in BELOW_THRESHOLD:
-        raise ValueError(f"teacher_relative: below_threshold={below_threshold!r}; allowed: {', '.join(BELOW_THRESHOLD)}")
+        raise ValueError(
+            f"teacher_relative: below_threshold={below_threshold!r}; allowed: {', '.join(BELOW_THRESHOLD)}"
+        )
     if not epsilon > 0 or not max_reward > 0:
         raise ValueError(f"teacher_relative: need epsilon > 0 and max_reward > 0 (got {epsilon}, {max_reward})")
     reference_kwargs = dict(reference_kwargs or {})
@@ -380,8 +407,16 @@ def teacher_relative(scorer: str = "reference", epsilon: float = 1e-6, max_rewar
         client = JudgeClient(judge_settings(judge, output_dir), stats)
         settings_key = _sha256(["judge", {k: v for k, v in client.s.items() if k != "cache_dir"}])
 
-    def teacher_relative(completions, prompts=None, tests=None, reference_solution=None, id=None,  # noqa: A002
-                         completion_ids=None, log_metric=None, **_) -> List[Optional[float]]:  # fmt: skip
+    def teacher_relative(
+        completions,
+        prompts=None,
+        tests=None,
+        reference_solution=None,
+        id=None,  # noqa: A002
+        completion_ids=None,
+        log_metric=None,
+        **_,
+    ) -> List[Optional[float]]:
         n = len(completions)
         stats.add("calls")
         stats.add("samples", n)
@@ -393,8 +428,10 @@ def teacher_relative(scorer: str = "reference", epsilon: float = 1e-6, max_rewar
             if tests is None:
                 raise KeyError("reward teacher_relative (scorer=reference) needs a 'tests' column in the dataset")
             if reference_solution is None:
-                raise KeyError("reward teacher_relative (scorer=reference) needs a 'reference_solution' column in the "
-                               "dataset (or use scorer=judge, whose teacher score falls back to 1.0)")  # fmt: skip
+                raise KeyError(
+                    "reward teacher_relative (scorer=reference) needs a 'reference_solution' column in the "
+                    "dataset (or use scorer=judge, whose teacher score falls back to 1.0)"
+                )
 
         # Teacher keys; the ones not cached yet are scored together with the students.
         keys: List[Optional[Tuple[str, str, str]]] = []
@@ -417,14 +454,19 @@ def teacher_relative(scorer: str = "reference", epsilon: float = 1e-6, max_rewar
             stats.add("no_reference", no_ref)
             (log.warning if first else log.debug)(
                 "teacher_relative: %d of %d sample(s) have no reference solution; their teacher score is 1.0%s",
-                no_ref, n, " (logged once; counted in fn.stats.no_reference)" if first else "")  # fmt: skip
+                no_ref,
+                n,
+                " (logged once; counted in fn.stats.no_reference)" if first else "",
+            )
         teacher_jobs = list(todo.items())
         teacher_texts = [refs[i].rstrip("\n") + "\n" + end_marker for _, i in teacher_jobs]  # type: ignore[union-attr]
 
         errors: Dict[str, Tuple[int, str]] = {}
         if client is None:
-            truncated = [bool(max_completion_length and c is not None and len(c) >= max_completion_length)
-                         for c in (completion_ids or [None] * n)]  # fmt: skip
+            truncated = [
+                bool(max_completion_length and c is not None and len(c) >= max_completion_length)
+                for c in (completion_ids or [None] * n)
+            ]
             jobs = [(t, tests[i], truncated[i]) for i, t in enumerate(texts)]
             jobs += [(t, tests[i], False) for t, (_, i) in zip(teacher_texts, teacher_jobs)]
             values: List[Optional[float]] = [value_of(s) for s in ocaml.score_many(jobs)]
@@ -463,12 +505,19 @@ def teacher_relative(scorer: str = "reference", epsilon: float = 1e-6, max_rewar
         stats.add("missing", missing)
         stats.add("dropped", dropped)
         for kind, (count, detail) in sorted(errors.items()):
-            log.warning("teacher_relative judge: %d request(s) failed with %s (e.g. %s); their samples get no reward",
-                        count, kind, detail)  # fmt: skip
+            log.warning(
+                "teacher_relative judge: %d request(s) failed with %s (e.g. %s); their samples get no reward",
+                count,
+                kind,
+                detail,
+            )
 
         if log_metric is not None:
-            for name, vals in (("student_score", [s for s in student if s is not None]),
-                               ("teacher_score", [t for t in teacher if t is not None]), ("ratio", ratios)):  # fmt: skip
+            for name, vals in (
+                ("student_score", [s for s in student if s is not None]),
+                ("teacher_score", [t for t in teacher if t is not None]),
+                ("ratio", ratios),
+            ):
                 if vals:
                     log_metric(f"{METRIC_PREFIX}/{name}", sum(vals) / len(vals))
             log_metric(f"{METRIC_PREFIX}/dropped_fraction", dropped / max(1, n))
@@ -480,5 +529,13 @@ def teacher_relative(scorer: str = "reference", epsilon: float = 1e-6, max_rewar
     return teacher_relative
 
 
-__all__ = ["JUDGE_DEFAULTS", "JudgeClient", "JudgeResult", "TeacherStats", "best_of_n", "judge_settings",
-           "relative_reward", "teacher_relative"]  # fmt: skip
+__all__ = [
+    "JUDGE_DEFAULTS",
+    "JudgeClient",
+    "JudgeResult",
+    "TeacherStats",
+    "best_of_n",
+    "judge_settings",
+    "relative_reward",
+    "teacher_relative",
+]

@@ -28,7 +28,9 @@ class MetricsRecorder(TrainerCallback):
     """Appends one JSON object per logging step (TRL's metric names plus ``step``) to ``path`` and mirrors
     each value to MLflow with the same step; keeps the history in memory for the objective."""
 
-    def __init__(self, path: Path, tracker: Optional[SafeTracker] = None, run_id: Optional[str] = None, flush_every: int = 10):
+    def __init__(
+        self, path: Path, tracker: Optional[SafeTracker] = None, run_id: Optional[str] = None, flush_every: int = 10
+    ):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.path.write_text("")

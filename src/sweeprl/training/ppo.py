@@ -2,13 +2,13 @@
 
 Why this file exists
 --------------------
-TRL removed its ``PPOTrainer`` in 2026 (``from trl import PPOTrainer`` fails on TRL 1.16, the version used
-here), but PPO with a learned value function is the baseline that GRPO/RLOO sweeps are compared against. So sweeprl owns its PPO: the
-algorithm of Ziegler et al. 2019 ("Fine-Tuning Language Models from Human Preferences") and Stiennon et al.
-2020, with the implementation details of TRL's former trainer and of "The N+ Implementation Details of RLHF
-with PPO" (Huang et al. 2024). It plugs into the project exactly like TRL's trainers do: same reward-function
-signature, same ``transformers`` callbacks (``MetricsRecorder``, progress display), same metric names where
-TRL had them.
+TRL removed its ``PPOTrainer`` in 2026 (``from trl import
+PPOTrainer`` fails on TRL 1.16, the version used here), but PPO with a learned value function is the baseline
+that GRPO/RLOO sweeps are compared against. So sweeprl owns its PPO: the algorithm of Ziegler et al. 2019
+("Fine-Tuning Language Models from Human Preferences") and Stiennon et al. 2020, with the implementation
+details of TRL's former trainer and of "The N+ Implementation Details of RLHF with PPO" (Huang et al. 2024).
+It plugs into the project exactly like TRL's trainers do: same reward-function signature, same
+``transformers`` callbacks (``MetricsRecorder``, progress display), same metric names where TRL had them.
 
 The algorithm
 -------------
@@ -137,8 +137,9 @@ def compute_gae(rewards: Tensor, values: Tensor, mask: Tensor, gamma: float, lam
     return advantages, returns
 
 
-def policy_loss(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor,
-                cliprange: float) -> Tuple[Tensor, Tensor, Tensor, Tensor]:  # fmt: skip
+def policy_loss(
+    logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor, cliprange: float
+) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
     """PPO's clipped surrogate: ``mean(max(-A * ratio, -A * clip(ratio, 1 - c, 1 + c)))`` over valid tokens.
 
     Returns ``(loss, clipfrac, approxkl, ratio)``: the fraction of tokens where the clipped term is the
@@ -154,8 +155,9 @@ def policy_loss(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask
     return loss, clipfrac, approxkl, ratio
 
 
-def value_loss(vpred: Tensor, old_values: Tensor, returns: Tensor, mask: Tensor,
-               cliprange_value: float) -> Tuple[Tensor, Tensor]:  # fmt: skip
+def value_loss(
+    vpred: Tensor, old_values: Tensor, returns: Tensor, mask: Tensor, cliprange_value: float
+) -> Tuple[Tensor, Tensor]:
     """Clipped value loss ``0.5 * mean(max((V - R)^2, (clip(V, V_old ± c) - R)^2))`` over valid tokens.
 
     Returns ``(loss, clipfrac)`` with clipfrac the fraction of tokens where the clipped term is larger.
@@ -250,8 +252,13 @@ class PolicyWithValueHead(nn.Module):
         forward = (policy.get_base_model() if hasattr(policy, "get_base_model") else policy).forward
         self.supports_logits_to_keep = "logits_to_keep" in inspect.signature(forward).parameters
 
-    def forward(self, input_ids: Tensor, attention_mask: Tensor, position_ids: Optional[Tensor] = None,
-                logits_to_keep: Optional[int] = None) -> Tuple[Tensor, Tensor]:  # fmt: skip
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor,
+        position_ids: Optional[Tensor] = None,
+        logits_to_keep: Optional[int] = None,
+    ) -> Tuple[Tensor, Tensor]:
         """Logits (of the last ``logits_to_keep`` positions when given and supported) and values of every position."""
         inputs = dict(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False)
         extra = {"logits_to_keep": logits_to_keep} if logits_to_keep and self.supports_logits_to_keep else {}
@@ -294,14 +301,31 @@ class PPOTrainer:
     ``on_train_end``; ``self.args`` is a ``TrainingArguments``.
     """
 
-    def __init__(self, model_path: str, tokenizer: Any, reward_funcs: Sequence[Callable[..., List[Optional[float]]]],
-                 reward_weights: Sequence[float], train_dataset: Any, algo: Any, generation: Any, output_dir: str,
-                 use_cpu: bool = False, bf16: bool = False, model_init_kwargs: Optional[Dict[str, Any]] = None,
-                 peft_config: Any = None, callbacks: Optional[List[Any]] = None):  # fmt: skip
+    def __init__(
+        self,
+        model_path: str,
+        tokenizer: Any,
+        reward_funcs: Sequence[Callable[..., List[Optional[float]]]],
+        reward_weights: Sequence[float],
+        train_dataset: Any,
+        algo: Any,
+        generation: Any,
+        output_dir: str,
+        use_cpu: bool = False,
+        bf16: bool = False,
+        model_init_kwargs: Optional[Dict[str, Any]] = None,
+        peft_config: Any = None,
+        callbacks: Optional[List[Any]] = None,
+    ):
         from accelerate import Accelerator
         from accelerate.utils import set_seed
         from transformers import TrainerControl, TrainerState, TrainingArguments, get_scheduler
-        from transformers.trainer_callback import CallbackHandler, DefaultFlowCallback, PrinterCallback, ProgressCallback
+        from transformers.trainer_callback import (
+            CallbackHandler,
+            DefaultFlowCallback,
+            PrinterCallback,
+            ProgressCallback,
+        )
 
         from sweeprl.config.validate import ConfigValidationError
 
@@ -310,8 +334,10 @@ class PPOTrainer:
         if problems:
             raise ConfigValidationError(problems)
         if len(reward_funcs) == 0 or len(reward_weights) != len(reward_funcs):
-            raise ValueError(f"need one weight per reward function; got {len(reward_funcs)} functions and "
-                             f"{len(reward_weights)} weights")  # fmt: skip
+            raise ValueError(
+                f"need one weight per reward function; got {len(reward_funcs)} functions and "
+                f"{len(reward_weights)} weights"
+            )
         if "prompt" not in train_dataset.column_names or len(train_dataset) == 0:
             raise ValueError("train_dataset must be a non-empty datasets.Dataset with a 'prompt' column")
         self.temperature = float(getattr(generation, "temperature", 1.0))
@@ -328,13 +354,20 @@ class PPOTrainer:
 
         # TrainingArguments first: building it resets accelerate's global state, which the Accelerator owns.
         self.args = TrainingArguments(
-            output_dir=output_dir, max_steps=self.algo.max_steps, logging_steps=self.algo.logging_steps,
-            learning_rate=self.algo.learning_rate, lr_scheduler_type=self.algo.lr_scheduler_type,
-            warmup_steps=self.algo.warmup_steps, weight_decay=self.algo.weight_decay,
-            max_grad_norm=self.algo.max_grad_norm, gradient_accumulation_steps=self.algo.gradient_accumulation_steps,
+            output_dir=output_dir,
+            max_steps=self.algo.max_steps,
+            logging_steps=self.algo.logging_steps,
+            learning_rate=self.algo.learning_rate,
+            lr_scheduler_type=self.algo.lr_scheduler_type,
+            warmup_steps=self.algo.warmup_steps,
+            weight_decay=self.algo.weight_decay,
+            max_grad_norm=self.algo.max_grad_norm,
+            gradient_accumulation_steps=self.algo.gradient_accumulation_steps,
             seed=self.algo.seed,
-            report_to="none", save_strategy="no", use_cpu=use_cpu,
-        )  # fmt: skip
+            report_to="none",
+            save_strategy="no",
+            use_cpu=use_cpu,
+        )
         self.accelerator = Accelerator(cpu=use_cpu, mixed_precision="bf16" if bf16 else "no")
         set_seed(self.algo.seed)  # the value head's initialisation
 
@@ -344,8 +377,12 @@ class PPOTrainer:
         warmup = self.algo.warmup_steps
         num_warmup = math.ceil(warmup * self.algo.max_steps) if 0 < warmup < 1 else int(warmup)
         # Stepped once per PPO update, so it is not handed to accelerate (which counts data-loader batches).
-        self.lr_scheduler = get_scheduler(self.algo.lr_scheduler_type, self.optimizer, num_warmup_steps=num_warmup,
-                                          num_training_steps=self.algo.max_steps)  # fmt: skip
+        self.lr_scheduler = get_scheduler(
+            self.algo.lr_scheduler_type,
+            self.optimizer,
+            num_warmup_steps=num_warmup,
+            num_training_steps=self.algo.max_steps,
+        )
         self.model, self.optimizer = self.accelerator.prepare(model, self.optimizer)
         if self.ref_model is not None:
             self.ref_model.to(self.accelerator.device)
@@ -358,13 +395,15 @@ class PPOTrainer:
         )
 
         default_callbacks = [DefaultFlowCallback, PrinterCallback if self.args.disable_tqdm else ProgressCallback]
-        self.callback_handler = CallbackHandler(default_callbacks + list(callbacks or []), self.model, tokenizer,
-                                                self.optimizer, self.lr_scheduler)  # fmt: skip
+        self.callback_handler = CallbackHandler(
+            default_callbacks + list(callbacks or []), self.model, tokenizer, self.optimizer, self.lr_scheduler
+        )
         self.state = TrainerState(
-            max_steps=self.algo.max_steps, logging_steps=self.algo.logging_steps,
+            max_steps=self.algo.max_steps,
+            logging_steps=self.algo.logging_steps,
             is_local_process_zero=self.accelerator.is_local_main_process,
             is_world_process_zero=self.accelerator.is_main_process,
-        )  # fmt: skip
+        )
         self.control = TrainerControl()
         self.dropped_samples = 0  # completions that no reward function could score (all processes, whole run)
         self._prompt_generator = torch.Generator()  # prompt order (seeded in train())
@@ -375,8 +414,9 @@ class PPOTrainer:
         self._reward_metrics: Dict[str, List[float]] = defaultdict(list)
 
     # ------------------------------------------------------------------------------- construction
-    def _load_models(self, model_path: str, init_kwargs: Dict[str, Any],
-                     peft_config: Any) -> Tuple[PolicyWithValueHead, Optional[nn.Module]]:  # fmt: skip
+    def _load_models(
+        self, model_path: str, init_kwargs: Dict[str, Any], peft_config: Any
+    ) -> Tuple[PolicyWithValueHead, Optional[nn.Module]]:
         """The trainable policy (+ value head / critic) and, without PEFT, a frozen reference copy.
 
         Everything runs in eval mode: PPO's importance ratio must be exactly 1 on fresh samples, so dropout
@@ -464,13 +504,15 @@ class PPOTrainer:
         """Prompt ids/mask (left-padded), completion ids/mask (1 up to and including the first EOS; padding
         after it) and whether each completion ended with EOS (else it was cut at max_completion_length)."""
         device = self.accelerator.device
-        enc = self.processing_class(prompt_texts, return_tensors="pt", padding=True, padding_side="left",
-                                    add_special_tokens=False)  # fmt: skip
+        enc = self.processing_class(
+            prompt_texts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False
+        )
         query, query_mask = enc["input_ids"].to(device), enc["attention_mask"].to(device)
         policy = self.accelerator.unwrap_model(self.model).policy
         with self.accelerator.autocast():
-            sequences = policy.generate(input_ids=query, attention_mask=query_mask,
-                                        generation_config=self._generation_config())  # fmt: skip
+            sequences = policy.generate(
+                input_ids=query, attention_mask=query_mask, generation_config=self._generation_config()
+            )
         responses = sequences[:, query.shape[1] :]
         is_eos = torch.isin(responses, torch.tensor(self.eos_token_ids, device=device))
         has_eos = is_eos.any(dim=1)
@@ -483,15 +525,22 @@ class PPOTrainer:
         """The ``log_metric`` hook of reward functions (TRL's): averaged per update and logged under ``name``."""
         self._reward_metrics[name].append(float(value))
 
-    def _score(self, prompts: List[Any], completions: List[Any], completion_ids: List[List[int]],
-               rows: Dict[str, List[Any]]) -> Tuple[Tensor, Tensor]:  # fmt: skip
+    def _score(
+        self, prompts: List[Any], completions: List[Any], completion_ids: List[List[int]], rows: Dict[str, List[Any]]
+    ) -> Tuple[Tensor, Tensor]:
         """``(scores, per_function)``: the weighted sum of the reward functions per completion (NaN where every
         function returned None: unscorable) and each function's raw values (NaN for None)."""
         columns = {k: v for k, v in rows.items() if k not in ("prompt", "completion", "completion_ids")}
         per_function = torch.full((len(prompts), len(self.reward_funcs)), float("nan"))
         for i, (fn, name) in enumerate(zip(self.reward_funcs, self.reward_names)):
-            out = fn(prompts=prompts, completions=completions, completion_ids=completion_ids, trainer_state=self.state,
-                     log_metric=self._log_metric, **columns)  # fmt: skip
+            out = fn(
+                prompts=prompts,
+                completions=completions,
+                completion_ids=completion_ids,
+                trainer_state=self.state,
+                log_metric=self._log_metric,
+                **columns,
+            )
             if len(out) != len(prompts):
                 raise ValueError(f"reward function {name!r} returned {len(out)} rewards for {len(prompts)} completions")
             per_function[:, i] = torch.tensor([float("nan") if r is None else float(r) for r in out])
@@ -548,8 +597,11 @@ class PPOTrainer:
         if num_dropped:
             self.dropped_samples += num_dropped
             if self.accelerator.is_main_process:
-                log.warning("update %d: %d completion(s) had no reward from any function; dropped from the update",
-                            self.state.global_step + 1, num_dropped)  # fmt: skip
+                log.warning(
+                    "update %d: %d completion(s) had no reward from any function; dropped from the update",
+                    self.state.global_step + 1,
+                    num_dropped,
+                )
         mask = response_mask.float() * keep[:, None].float()
 
         input_ids = torch.cat([query, responses], dim=1)
@@ -598,8 +650,18 @@ class PPOTrainer:
         for name, vals in self._reward_metrics.items():
             metrics[name] = float(np.mean(vals))
         self._reward_metrics.clear()
-        rollout = Rollout(input_ids, attention_mask, q_len, responses, response_mask.float(), mask, old_lp,
-                          values_t, advantages, returns)  # fmt: skip
+        rollout = Rollout(
+            input_ids,
+            attention_mask,
+            q_len,
+            responses,
+            response_mask.float(),
+            mask,
+            old_lp,
+            values_t,
+            advantages,
+            returns,
+        )
         return rollout, metrics
 
     # ----------------------------------------------------------------------------------- optimise
@@ -622,12 +684,16 @@ class PPOTrainer:
                 step = accumulated % algo.gradient_accumulation_steps == 0 or s + algo.mini_batch_size >= n
                 # Between optimizer steps, DDP must not all-reduce: forward and backward inside no_sync.
                 with contextlib.nullcontext() if step else self.accelerator.no_sync(self.model):
-                    logits, vpred, tokens = self._forward(batch.input_ids[idx], batch.attention_mask[idx], batch.query_len)
+                    logits, vpred, tokens = self._forward(
+                        batch.input_ids[idx], batch.attention_mask[idx], batch.query_len
+                    )
                     logprobs = logprobs_from_logits(logits, tokens)
-                    pg_loss, pg_clipfrac, approxkl, ratio = policy_loss(logprobs, batch.old_logprobs[idx],
-                                                                        batch.advantages[idx], m, algo.cliprange)  # fmt: skip
-                    vf_loss, vf_clipfrac = value_loss(vpred.float(), batch.values[idx], batch.returns[idx], m,
-                                                      algo.cliprange_value)  # fmt: skip
+                    pg_loss, pg_clipfrac, approxkl, ratio = policy_loss(
+                        logprobs, batch.old_logprobs[idx], batch.advantages[idx], m, algo.cliprange
+                    )
+                    vf_loss, vf_clipfrac = value_loss(
+                        vpred.float(), batch.values[idx], batch.returns[idx], m, algo.cliprange_value
+                    )
                     with torch.no_grad():
                         stats["policy/approxkl_avg"].append(approxkl.detach())
                         stats["policy/clipfrac_avg"].append(pg_clipfrac.detach())
@@ -639,8 +705,13 @@ class PPOTrainer:
                         ratios.append(ratio.detach()[m.bool()])
                     limit = algo.early_stop_approx_kl
                     if limit is not None and self._global_mean(approxkl) > limit:
-                        log.debug("update %d: approx-KL %.4g > %.4g, stopping at epoch %d", self.state.global_step + 1,
-                                  approxkl.item(), limit, epoch)  # fmt: skip
+                        log.debug(
+                            "update %d: approx-KL %.4g > %.4g, stopping at epoch %d",
+                            self.state.global_step + 1,
+                            approxkl.item(),
+                            limit,
+                            epoch,
+                        )
                         stop = True
                         break
                     loss = (pg_loss + algo.vf_coef * vf_loss) / algo.gradient_accumulation_steps
@@ -736,9 +807,21 @@ def _nanstd(x: Tensor) -> float:
 
 
 # ============================================================================== 5. config -> trainer
-def build_ppo_trainer(cfg: Any, *, model: str, tokenizer: Any, reward_funcs: List[Any], reward_weights: List[float],
-                      train_dataset: Any, eval_dataset: Any, output_dir: str, device: Any,
-                      model_init_kwargs: Dict[str, Any], peft_config: Any, callbacks: List[Any]) -> PPOTrainer:  # fmt: skip
+def build_ppo_trainer(
+    cfg: Any,
+    *,
+    model: str,
+    tokenizer: Any,
+    reward_funcs: List[Any],
+    reward_weights: List[float],
+    train_dataset: Any,
+    eval_dataset: Any,
+    output_dir: str,
+    device: Any,
+    model_init_kwargs: Dict[str, Any],
+    peft_config: Any,
+    callbacks: List[Any],
+) -> PPOTrainer:
     """A :class:`PPOTrainer` for a trial config; same keyword signature as the TRL trainer builder
     (:func:`sweeprl.training.trl_trainers.build_trl_trainer`); ``eval_dataset`` is not used by PPO."""
     if eval_dataset is not None:
@@ -761,7 +844,21 @@ def build_ppo_trainer(cfg: Any, *, model: str, tokenizer: Any, reward_funcs: Lis
 
 
 __all__ = [
-    "AdaptiveKLController", "FixedKLController", "PPOTrainer", "PolicyWithValueHead", "Rollout", "build_ppo_trainer",
-    "compute_gae", "entropy_from_logits", "explained_variance", "kl_per_token", "logprobs_from_logits", "masked_mean",
-    "masked_var", "masked_whiten", "per_token_rewards", "policy_loss", "value_loss",
-]  # fmt: skip
+    "AdaptiveKLController",
+    "FixedKLController",
+    "PPOTrainer",
+    "PolicyWithValueHead",
+    "Rollout",
+    "build_ppo_trainer",
+    "compute_gae",
+    "entropy_from_logits",
+    "explained_variance",
+    "kl_per_token",
+    "logprobs_from_logits",
+    "masked_mean",
+    "masked_var",
+    "masked_whiten",
+    "per_token_rewards",
+    "policy_loss",
+    "value_loss",
+]

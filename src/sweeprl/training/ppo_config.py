@@ -25,7 +25,9 @@ VALUE_MODELS = ("shared", "separate")
 class PPOAlgoConfig:
     name: str = f("ppo", "Algorithm: ppo (sweeprl's RLHF PPO with a value head, sweeprl.training.ppo).")
     learning_rate: float = f(1e-5, "Peak learning rate of AdamW (policy and value head).")
-    batch_size: int = f(24, "Completions sampled per PPO update (24 is divisible by the default num_generations choices 4, 6, 8).")
+    batch_size: int = f(
+        24, "Completions sampled per PPO update (24 is divisible by the default num_generations choices 4, 6, 8)."
+    )
     mini_batch_size: int = f(4, "Completions per forward/backward pass; must divide batch_size.")
     ppo_epochs: int = f(1, "Optimisation passes over each sampled batch.")
     gradient_accumulation_steps: int = f(1, "Mini-batches accumulated per optimizer step.")
@@ -39,12 +41,22 @@ class PPOAlgoConfig:
     kl_estimator: str = f("k1", "Per-token KL estimator of the reward penalty: k1 (log-ratio) or k3 (non-negative).")
     adap_kl_ctrl: bool = f(True, "Adapt the KL coefficient towards target_kl (Ziegler et al. 2019); false = fixed.")
     init_kl_coef: float = f(0.2, "Initial (or fixed) KL coefficient of the reward penalty.")
-    beta: Optional[float] = f(None, "The KL coefficient under the name every algorithm shares (sweeps over algo.beta); when set it replaces init_kl_coef.")
-    num_generations: int = f(1, "Completions sampled per prompt (batch_size / num_generations prompts per update); must divide batch_size.")
+    beta: Optional[float] = f(
+        None,
+        "The KL coefficient under the name every algorithm shares (sweeps over algo.beta); when set it replaces "
+        "init_kl_coef.",
+    )
+    num_generations: int = f(
+        1, "Completions sampled per prompt (batch_size / num_generations prompts per update); must divide batch_size."
+    )
     target_kl: float = f(6.0, "Target per-sequence KL of the adaptive controller (nats).")
     kl_horizon: int = f(10000, "Horizon of the adaptive KL controller (in sampled completions).")
-    early_stop_approx_kl: Optional[float] = f(None, "Stop the remaining epochs/mini-batches of an update when approx-KL exceeds this (None = off).")
-    value_model: str = f("shared", "Value function: shared (value head on the policy trunk) or separate (own trunk, same init).")
+    early_stop_approx_kl: Optional[float] = f(
+        None, "Stop the remaining epochs/mini-batches of an update when approx-KL exceeds this (None = off)."
+    )
+    value_model: str = f(
+        "shared", "Value function: shared (value head on the policy trunk) or separate (own trunk, same init)."
+    )
     warmup_steps: float = f(0, "Warmup updates (an int count, or a fraction of max_steps when < 1).")
     lr_scheduler_type: str = f("constant", "Learning-rate schedule (transformers names: constant, linear, cosine, …).")
     weight_decay: float = f(0.0, "AdamW weight decay (matrices only; biases and norms are not decayed).")
@@ -91,9 +103,13 @@ def ppo_cross_checks(cfg: DictConfig) -> List[str]:
     divisors = [d for d in range(1, batch + 1) if batch % d == 0]
     problems = []
     if batch % mini:
-        problems.append(f"algo.mini_batch_size={mini} is invalid; allowed: a divisor of algo.batch_size={batch} (one of {divisors})")
+        problems.append(
+            f"algo.mini_batch_size={mini} is invalid; allowed: a divisor of algo.batch_size={batch} (one of {divisors})"
+        )
     if isinstance(gens, int) and gens >= 1 and batch % gens:
-        problems.append(f"algo.num_generations={gens} is invalid; allowed: a divisor of algo.batch_size={batch} (one of {divisors})")
+        problems.append(
+            f"algo.num_generations={gens} is invalid; allowed: a divisor of algo.batch_size={batch} (one of {divisors})"
+        )
     return problems
 
 
@@ -120,4 +136,12 @@ def as_ppo_config(algo: Any) -> PPOAlgoConfig:
     return PPOAlgoConfig(**values)
 
 
-__all__ = ["KL_ESTIMATORS", "VALUE_MODELS", "PPOAlgoConfig", "as_ppo_config", "ppo_cross_checks", "ppo_problems", "ppo_rules"]
+__all__ = [
+    "KL_ESTIMATORS",
+    "VALUE_MODELS",
+    "PPOAlgoConfig",
+    "as_ppo_config",
+    "ppo_cross_checks",
+    "ppo_problems",
+    "ppo_rules",
+]

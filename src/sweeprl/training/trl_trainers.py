@@ -13,11 +13,27 @@ from sweeprl.models.loading import DeviceSettings
 
 # algo.<field> -> <Trainer>Config.<same field>, for both trainers
 COMMON_FIELDS = (
-    "learning_rate", "beta", "num_generations", "per_device_train_batch_size", "gradient_accumulation_steps",
-    "generation_batch_size", "num_iterations", "max_grad_norm", "warmup_steps", "lr_scheduler_type",
-    "weight_decay", "optim", "epsilon", "epsilon_high", "mask_truncated_completions", "disable_dropout",
-    "gradient_checkpointing", "max_steps", "logging_steps", "seed",
-)  # fmt: skip
+    "learning_rate",
+    "beta",
+    "num_generations",
+    "per_device_train_batch_size",
+    "gradient_accumulation_steps",
+    "generation_batch_size",
+    "num_iterations",
+    "max_grad_norm",
+    "warmup_steps",
+    "lr_scheduler_type",
+    "weight_decay",
+    "optim",
+    "epsilon",
+    "epsilon_high",
+    "mask_truncated_completions",
+    "disable_dropout",
+    "gradient_checkpointing",
+    "max_steps",
+    "logging_steps",
+    "seed",
+)
 ALGO_FIELDS = {
     "grpo": COMMON_FIELDS + ("delta", "loss_type", "scale_rewards", "importance_sampling_level"),
     "rloo": COMMON_FIELDS + ("normalize_advantages",),
@@ -26,8 +42,13 @@ ALGO_FIELDS = {
 GENERATION_FIELDS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "max_completion_length")
 
 
-def trainer_kwargs(cfg: DictConfig, output_dir: str, device: DeviceSettings, model_init_kwargs: Dict[str, Any],
-                reward_weights: Optional[List[float]] = None) -> Dict[str, Any]:  # fmt: skip
+def trainer_kwargs(
+    cfg: DictConfig,
+    output_dir: str,
+    device: DeviceSettings,
+    model_init_kwargs: Dict[str, Any],
+    reward_weights: Optional[List[float]] = None,
+) -> Dict[str, Any]:
     """Keyword arguments of ``GRPOConfig``/``RLOOConfig`` for this trial (pure; no TRL import)."""
     algo = OmegaConf.to_container(cfg.algo, resolve=True)
     gen = OmegaConf.to_container(cfg.generation, resolve=True)
@@ -49,7 +70,9 @@ def trainer_kwargs(cfg: DictConfig, output_dir: str, device: DeviceSettings, mod
     eval_every = int(cfg.data.eval_every or 0)
     if eval_every > 0 and float(cfg.data.validation_fraction) > 0:
         # periodic reward on the held-out prompts: logged as eval_reward, used by the objective
-        kwargs.update(eval_strategy="steps", eval_steps=eval_every, per_device_eval_batch_size=algo["per_device_train_batch_size"])
+        kwargs.update(
+            eval_strategy="steps", eval_steps=eval_every, per_device_eval_batch_size=algo["per_device_train_batch_size"]
+        )
     kwargs.update(algo.get("extra") or {})
     return kwargs
 
@@ -80,10 +103,21 @@ def check_extra_fields(config_cls: type, extra: Dict[str, Any]) -> None:
         raise ConfigValidationError(problems)
 
 
-def build_trl_trainer(cfg: DictConfig, *, model: str, tokenizer: Any, reward_funcs: List[Any],
-                       reward_weights: List[float], train_dataset: Any, eval_dataset: Any, output_dir: str,
-                       device: DeviceSettings, model_init_kwargs: Dict[str, Any], peft_config: Any,
-                       callbacks: List[Any]):  # fmt: skip
+def build_trl_trainer(
+    cfg: DictConfig,
+    *,
+    model: str,
+    tokenizer: Any,
+    reward_funcs: List[Any],
+    reward_weights: List[float],
+    train_dataset: Any,
+    eval_dataset: Any,
+    output_dir: str,
+    device: DeviceSettings,
+    model_init_kwargs: Dict[str, Any],
+    peft_config: Any,
+    callbacks: List[Any],
+):
     config_cls, trainer_cls = trl_classes(str(cfg.algo.name))
     check_extra_fields(config_cls, dict(cfg.algo.extra))
     args = config_cls(**trainer_kwargs(cfg, output_dir, device, model_init_kwargs, reward_weights))
