@@ -24,7 +24,7 @@ MARK = "(* END *)"
 
 
 def completions(limit: int = 0):
-    from sweeprl.ocaml_data import shipped_problems
+    from sweeprl.data.ocaml import shipped_problems
 
     problems = shipped_problems()[: limit or None]
     jobs = []

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from conftest import PYTHON
-from sweeprl.diagnosis import FINDING_IDS, Thresholds, diagnose, to_markdown
-from sweeprl.history import RunHistory, load
+from sweeprl.analysis.diagnosis import FINDING_IDS, Thresholds, diagnose, to_markdown
+from sweeprl.analysis.history import RunHistory, load
 
 N = 60
 T = np.arange(N, dtype=float)

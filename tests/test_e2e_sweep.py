@@ -119,8 +119,8 @@ def test_rerun_with_more_trials_adds_exactly_the_difference(first_sweep, model_c
 
 
 def test_diagnosis_of_a_trial_from_mlflow_and_from_its_dir(first_sweep):
-    from sweeprl.diagnosis import diagnose
-    from sweeprl.history import load
+    from sweeprl.analysis.diagnosis import diagnose
+    from sweeprl.analysis.history import load
 
     cwd, _ = first_sweep
     client, _, children = runs_of(cwd)

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
+from sweeprl.analysis.objective import ObjectiveError, compute_objective, stability_terms
+from sweeprl.analysis.stability import cvar_upper, iqr
 from sweeprl.config.schema import ObjectiveConfig
-from sweeprl.objective import ObjectiveError, compute_objective, stability_terms
-from sweeprl.stability import cvar_upper, iqr
 
 
 def cfg(**kw):

@@ -157,7 +157,7 @@ def test_hostile_write_outside_and_network_are_blocked(scorer):
 
 # ------------------------------------------------------------------------------------------ shipped data
 def test_every_shipped_reference_solution_scores_one():
-    from sweeprl.ocaml_data import shipped_problems
+    from sweeprl.data.ocaml import shipped_problems
 
     problems = shipped_problems()
     assert len(problems) >= 60

@@ -13,6 +13,7 @@ import torch
 from omegaconf import OmegaConf
 from transformers import TrainerCallback
 
+from sweeprl.config.ppo import PPOAlgoConfig, as_ppo_config, ppo_cross_checks, ppo_problems, ppo_rules
 from sweeprl.config.schema import GenerationConfig, TinyModelSpec
 from sweeprl.config.validate import ConfigValidationError
 from sweeprl.training.ppo import (
@@ -28,7 +29,6 @@ from sweeprl.training.ppo import (
     policy_loss,
     value_loss,
 )
-from sweeprl.training.ppo_config import PPOAlgoConfig, as_ppo_config, ppo_cross_checks, ppo_problems, ppo_rules
 
 T = torch.tensor
 
@@ -513,7 +513,7 @@ def test_invalid_algo_fails_before_loading_the_model(tmp_path):
 def test_project_callbacks_work_with_the_trainer(tiny_path, tmp_path):
     from sweeprl.training.callbacks import MetricsRecorder, ProgressLines, use_progress_display
 
-    recorder = MetricsRecorder(tmp_path / "metrics.jsonl")
+    recorder = MetricsRecorder(tmp_path)
     trainer = make_trainer(tiny_path, tmp_path, callbacks=[recorder], max_steps=2, batch_size=4, learning_rate=1e-3)
     use_progress_display(trainer, bars=False, label="ppo")
     assert any(isinstance(cb, ProgressLines) for cb in trainer.callback_handler.callbacks)

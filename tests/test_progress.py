@@ -14,7 +14,8 @@ import pytest
 from rich.console import Console
 
 from conftest import PYTHON
-from sweeprl.progress import SweepProgress, format_seconds, last_metrics
+from sweeprl.progress import SweepProgress, format_seconds
+from sweeprl.trial_record import last_metrics
 
 
 def console(terminal: bool) -> Console:
@@ -104,8 +105,8 @@ def test_eta_spreads_remaining_trial_time_over_the_slots():
 def test_last_metrics_reads_the_last_complete_line(tmp_path):
     path = tmp_path / "metrics.jsonl"
     path.write_text("".join(json.dumps({"step": i, "reward": i / 10}) + "\n" for i in range(1, 2000)) + '{"step": 20')
-    assert last_metrics(path) == {"step": 1999, "reward": 199.9}
-    assert last_metrics(tmp_path / "missing.jsonl") is None
+    assert last_metrics(tmp_path) == {"step": 1999, "reward": 199.9}
+    assert last_metrics(tmp_path / "missing") is None
     assert [format_seconds(s) for s in (None, 5, 75, 3725)] == ["-", "5s", "1m15s", "1h02m"]
 
 

@@ -13,7 +13,7 @@ from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
 from conftest import PYTHON, compose_cfg
-from sweeprl.pruning import Guards, PruningCallback
+from sweeprl.training.pruning import Guards, PruningCallback
 
 STEPS = 20
 
@@ -56,7 +56,7 @@ def test_pruning_callback_reports_and_prunes_through_the_storage(tmp_path):
         good.report(1.0, step)
     study.tell(good, 1.0)
     cfg = compose_cfg(["experiment=quickstart", "pruning.report_every=5", "pruning.min_steps=10"])
-    from sweeprl.pruning import load_trial
+    from sweeprl.training.pruning import load_trial
 
     study.ask()  # trial 1, left RUNNING: the callback loads it by number, as a trial process does
     cb = PruningCallback(cfg, load_trial(storage, "s", 1, pruner=optuna.pruners.MedianPruner(n_startup_trials=1)))

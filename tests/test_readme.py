@@ -121,7 +121,7 @@ class Scratch:
 
     # placeholders ------------------------------------------------------------------------------
     def problems_and_completions(self) -> None:
-        from sweeprl.ocaml_data import shipped_problems
+        from sweeprl.data.ocaml import shipped_problems
 
         problems = shipped_problems()[:2]
         (self.root / "P.jsonl").write_text("".join(json.dumps(p) + "\n" for p in problems))

@@ -1,4 +1,4 @@
-"""The sweep report (``sweeprl.report``) and its CLI (``sweeprl.report_cli``): a real 3-trial sweep on the tiny
+"""The sweep report (``sweeprl.report``) and its CLI (``sweeprl.cli.report``): a real 3-trial sweep on the tiny
 model, then behaviour of the written files, the ranked table, errors and the MLflow upload; plus unit tests
 on hand-made rows and synthetic studies (no training)."""
 
@@ -52,7 +52,7 @@ def study(sweep):
 
 @pytest.fixture(scope="module")
 def report(sweep):
-    from sweeprl.report import build_report
+    from sweeprl.report.build import build_report
 
     return build_report(None, None, str(sweep[1]))
 
@@ -95,7 +95,8 @@ def test_markdown_references_valid_pngs(report):
 
 @pytest.mark.e2e
 def test_slice_axes_follow_the_distributions(study):
-    from sweeprl.report import is_log_param, slice_figure
+    from sweeprl.report.figures import slice_figure
+    from sweeprl.report.study import is_log_param
 
     assert is_log_param(study, "algo.learning_rate") and not is_log_param(study, "algo.beta")
     lr, beta = slice_figure(study, "algo.learning_rate"), slice_figure(study, "algo.beta")
@@ -123,7 +124,7 @@ def test_next_sweep_is_runnable_space(report, study):
 
 @pytest.mark.e2e
 def test_trials_prints_ranked_table(sweep, study, capsys):
-    from sweeprl.report_cli import trials_main
+    from sweeprl.cli.report import trials_main
     from sweeprl.study import ranked_rows
 
     assert trials_main([str(sweep[1])]) == 0
@@ -138,7 +139,7 @@ def test_trials_prints_ranked_table(sweep, study, capsys):
 
 @pytest.mark.e2e
 def test_report_cli_errors_exit_2(tmp_path, sweep, capsys):
-    from sweeprl.report_cli import main
+    from sweeprl.cli.report import main
 
     assert main(["report", str(tmp_path / "missing")]) == 2
     assert "no such directory" in capsys.readouterr().err
@@ -156,7 +157,7 @@ def test_report_cli_errors_exit_2(tmp_path, sweep, capsys):
 def test_report_cli_writes_and_logs_to_mlflow(sweep, tmp_path, capsys, monkeypatch):
     from mlflow.tracking import MlflowClient
 
-    from sweeprl.report_cli import main
+    from sweeprl.cli.report import main
 
     root, sweep_dir = sweep
     uri = f"sqlite:///{root / 'mlflow.db'}"
@@ -175,7 +176,7 @@ def test_report_cli_writes_and_logs_to_mlflow(sweep, tmp_path, capsys, monkeypat
 def test_log_report_to_mlflow_finds_parent_run(sweep, report):
     from mlflow.tracking import MlflowClient
 
-    from sweeprl.report import log_report_to_mlflow
+    from sweeprl.report.mlflow_upload import log_report_to_mlflow
 
     uri = f"sqlite:///{sweep[0] / 'mlflow.db'}"
     run_id = log_report_to_mlflow(report, uri, STUDY)
@@ -199,7 +200,7 @@ def _row(n, lr, beta, findings, state="COMPLETE", gens=4):
 
 
 def test_unstable_regions_on_hand_made_rows():
-    from sweeprl.report import unstable_regions
+    from sweeprl.report.regions import unstable_regions
 
     rows = [
         _row(0, 1e-4, 0.05, ["reward_flat"], gens=4),
@@ -254,7 +255,7 @@ def _synthetic_study(tmp_path, name, directions, values):
 
 
 def test_failed_only_and_empty_studies_give_a_message(tmp_path):
-    from sweeprl.report import build_report
+    from sweeprl.report.build import build_report
 
     failed = tmp_path / "failed"
     failed.mkdir()
@@ -272,7 +273,7 @@ def test_failed_only_and_empty_studies_give_a_message(tmp_path):
 
 
 def test_multi_objective_study_plots_the_pareto_front(tmp_path):
-    from sweeprl.report import build_report
+    from sweeprl.report.build import build_report
 
     _synthetic_study(tmp_path, "pareto", ["maximize", "minimize"], [[0.5, 0.2], [0.7, 0.4], [0.4, 0.3], [0.6, 0.1]])
     files = build_report(None, None, str(tmp_path), top_k=2)

@@ -10,9 +10,9 @@ import pytest
 from omegaconf import OmegaConf
 from scipy.stats import kendalltau
 
-from sweeprl import stability
+from sweeprl.analysis import stability
+from sweeprl.analysis.objective import compute_objective
 from sweeprl.config.schema import ObjectiveConfig
-from sweeprl.objective import compute_objective
 
 N = 100
 
@@ -57,7 +57,7 @@ def test_kl_entropy_and_counts():
 
 
 def numpy_reference(r: np.ndarray, window: float, alpha: float):
-    """Direct numpy transcription of each formula, independent of sweeprl.stability's helpers."""
+    """Direct numpy transcription of each formula, independent of sweeprl.analysis.stability's helpers."""
     n = len(r)
     w = max(1, min(n, math.ceil(window * n)))
     rng = r.max() - r.min()

@@ -41,7 +41,7 @@ class Metrics:
 @pytest.fixture(scope="module")
 def problems() -> Dict[str, Dict[str, Any]]:
     pytest.importorskip("sweeprl.rewards.ocaml").require_ocaml()
-    from sweeprl.ocaml_data import shipped_problems
+    from sweeprl.data.ocaml import shipped_problems
 
     return {p["id"]: p for p in shipped_problems() if p["id"] in ("sum_list", "count_occurrences")}
 

@@ -13,10 +13,10 @@ import sys
 from typing import List, Optional
 
 SUBCOMMANDS = {
-    "score": "sweeprl.score_cli",
-    "diagnose": "sweeprl.diagnose_cli",
-    "report": "sweeprl.report_cli",
-    "trials": "sweeprl.report_cli:trials_main",
+    "score": "sweeprl.cli.score",
+    "diagnose": "sweeprl.cli.diagnose",
+    "report": "sweeprl.cli.report",
+    "trials": "sweeprl.cli.report:trials_main",
 }
 
 
@@ -46,7 +46,7 @@ def main(argv: Optional[List[str]] = None) -> None:
         if problem:
             print(f"sweeprl: cannot run here: {problem}", file=sys.stderr)
             sys.exit(2)
-    from sweeprl.app import run_hydra
+    from sweeprl.cli.app import run_hydra
 
     sys.argv = [sys.argv[0] or "sweeprl", *args]
     run_hydra()

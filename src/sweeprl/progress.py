@@ -13,9 +13,7 @@ through rich's console instead, so log lines scroll above the panel instead of t
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import sys
 import threading
 import time
@@ -27,6 +25,8 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
+
+from sweeprl import trial_record
 
 MODES = ("auto", "live", "plain", "off")
 
@@ -40,26 +40,6 @@ def format_seconds(seconds: Optional[float]) -> str:
     if seconds < 3600:
         return f"{seconds // 60}m{seconds % 60:02d}s"
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
-
-
-def last_metrics(path: Path, chunk: int = 4096) -> Optional[Dict[str, float]]:
-    """The last complete JSON line of a ``metrics.jsonl`` (read from the end of the file)."""
-    try:
-        with path.open("rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            size = fh.tell()
-            fh.seek(max(0, size - chunk))
-            lines = fh.read().decode("utf-8", errors="replace").splitlines()
-    except OSError:
-        return None
-    for line in reversed(lines):
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict):
-            return record
-    return None
 
 
 @dataclass
@@ -177,8 +157,12 @@ class SweepProgress:
             table.add_column(col, justify=justify, no_wrap=col != "params")
         now = time.monotonic()
         for run in running:
-            seeds = sorted(run.trial_dir.parent.glob(f"{run.trial_dir.name}_seed*/metrics.jsonl"))  # multi-seed trials
-            record = last_metrics(run.trial_dir / "metrics.jsonl") or (last_metrics(seeds[-1]) if seeds else None) or {}
+            seeds = trial_record.seed_dirs(run.trial_dir)  # multi-seed trials
+            record = (
+                trial_record.last_metrics(run.trial_dir)
+                or (trial_record.last_metrics(seeds[-1]) if seeds else None)
+                or {}
+            )
             step = record.get("step")
             step_txt = "-" if step is None else (f"{int(step)}/{self.max_steps}" if self.max_steps else str(int(step)))
             reward = record.get("reward", record.get("objective/scores"))

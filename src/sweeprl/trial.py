@@ -1,12 +1,7 @@
 """One trial, start to finish: a pure function of its resolved config (plus storage/tracking handles).
 
 validate -> rewards -> device -> model path + tokenizer -> datasets -> MLflow child run -> trainer -> train
--> objective -> ``objective.json`` / MLflow. Files written to the trial dir (``output_dir``):
-
-- ``resolved_config.yaml``  the config of this trial with every interpolation resolved;
-- ``metrics.jsonl``         one JSON object per logging step (TRL's metric names plus ``step``);
-- ``objective.json``        the objective value, its weighted terms and the raw stability quantities;
-- ``diagnosis.md`` / ``diagnosis.json``  the post-mortem of the run (:mod:`sweeprl.diagnosis`).
+-> objective -> trial record / MLflow. What the trial dir holds is :mod:`sweeprl.trial_record`.
 """
 
 from __future__ import annotations
@@ -21,8 +16,9 @@ from typing import Any, Dict, List, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
+from sweeprl import trial_record
+from sweeprl.analysis.objective import ObjectiveError, ObjectiveResult, compute_objective, objective_metrics
 from sweeprl.config import validate
-from sweeprl.objective import ObjectiveError, ObjectiveResult, compute_objective, objective_metrics
 from sweeprl.tracking import (
     PARENT_TAG,
     TAG_ROLE,
@@ -99,8 +95,8 @@ def log_completion_sample(tracker: SafeTracker, run_id: Optional[str], path: Pat
 
 def write_diagnosis(history: List[Dict[str, float]], resolved: Dict[str, Any], out: Path, sweep_params: Dict[str, str]):
     """Diagnose the run, write diagnosis.md/json into its dir, return the Diagnosis."""
-    from sweeprl.diagnosis import diagnose, to_markdown
-    from sweeprl.history import RunHistory, config_values, normalise
+    from sweeprl.analysis.diagnosis import diagnose, to_markdown
+    from sweeprl.analysis.history import RunHistory, config_values, normalise
 
     config, algo = config_values(resolved)
     run = RunHistory(
@@ -113,14 +109,13 @@ def write_diagnosis(history: List[Dict[str, float]], resolved: Dict[str, Any], o
         target_kl=resolved["objective"]["target_kl"],
     )
     d = diagnose(run)
-    (out / "diagnosis.md").write_text(to_markdown(d))
-    (out / "diagnosis.json").write_text(json.dumps(d.as_dict(), indent=2, default=str))
+    trial_record.write_diagnosis(out, to_markdown(d), d.as_dict())
     return d
 
 
 def make_pruning_callback(cfg: DictConfig):
     """Guards always; pruner reports only inside a sweep (storage + trial number given)."""
-    from sweeprl.pruning import PruningCallback, load_trial, pruner_from_hydra
+    from sweeprl.training.pruning import PruningCallback, load_trial, pruner_from_hydra
 
     rt = cfg.sweeprl
     trial = None
@@ -141,14 +136,10 @@ def _stopped(cfg, out: Path, tracker, run_id, recorder, pruning, result, resolve
     import optuna
 
     recorder.flush()
-    payload = {
-        **(result.as_dict() if result else {"objective": None}),
-        "run_id": run_id,
-        "pruned": True,
-        "prune_reason": pruning.reason,
-        "stopped_at_step": pruning.stopped_at,
-    }
-    (out / "objective.json").write_text(json.dumps(payload, indent=2))
+    outcome = trial_record.Outcome.from_dict(result.as_dict()) if result else trial_record.Outcome()
+    outcome.run_id, outcome.pruned, outcome.prune_reason = run_id, True, pruning.reason
+    outcome.stopped_at_step = pruning.stopped_at
+    trial_record.write_outcome(out, outcome)
     diagnosis = write_diagnosis(recorder.history, resolved, out, sweep_params or {}) if recorder.history else None
     in_sweep = cfg.sweeprl.trial_number is not None
     if tracker:
@@ -156,10 +147,9 @@ def _stopped(cfg, out: Path, tracker, run_id, recorder, pruning, result, resolve
             step = recorder.history[-1]["step"] if recorder.history else 0
             tracker.log_metrics(run_id, [(k, v, step) for k, v in objective_metrics(result).items()])
         tracker.set_tags(run_id, {TAG_STATE: "PRUNED" if in_sweep else "STOPPED", "prune_reason": pruning.reason})
-        tracker.log_artifact(run_id, str(out / "objective.json"))
-        tracker.log_artifact(run_id, str(out / "metrics.jsonl"))
+        for path in trial_record.artifacts(out):
+            tracker.log_artifact(run_id, path)
         if diagnosis:
-            tracker.log_artifact(run_id, str(out / "diagnosis.md"))
             tracker.set_tags(run_id, {f"diag.{f.id}": f.severity for f in diagnosis.findings})
         tracker.end_run(run_id, "KILLED" if in_sweep else "FINISHED")
     if in_sweep:
@@ -194,7 +184,7 @@ def run_trial(
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     resolved = OmegaConf.to_container(cfg, resolve=True)
-    (out / "resolved_config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(resolved)))
+    config_file = trial_record.write_resolved_config(out, resolved)
 
     from sweeprl.data import build_datasets
     from sweeprl.models.loading import model_init_kwargs, model_path, peft_config, resolve_device
@@ -227,7 +217,7 @@ def run_trial(
 
     tracker, run_id = start_tracking(cfg, resolved)
     if tracker and cfg.tracking.log_config_artifact:
-        tracker.log_artifact(run_id, str(out / "resolved_config.yaml"))
+        tracker.log_artifact(run_id, str(config_file))
 
     from sweeprl.training.callbacks import MetricsRecorder, use_progress_display
 
@@ -236,9 +226,9 @@ def run_trial(
     else:
         from sweeprl.training.trl_trainers import build_trl_trainer as build_trainer
 
-    recorder = MetricsRecorder(out / "metrics.jsonl", tracker, run_id)
+    recorder = MetricsRecorder(out, tracker, run_id)
     pruning = make_pruning_callback(cfg)
-    from sweeprl.faults import FaultCallback, fault_config
+    from sweeprl.training.faults import FaultCallback, fault_config
 
     fault = fault_config(cfg)
     try:
@@ -274,19 +264,17 @@ def run_trial(
     if pruning.reason:
         return _stopped(cfg, out, tracker, run_id, recorder, pruning, result, resolved, sweep_params, t0)
 
-    (out / "objective.json").write_text(
-        json.dumps({**result.as_dict(), "run_id": run_id, "trainer_summary": recorder.summary}, indent=2)
-    )
+    outcome = trial_record.Outcome.from_dict(result.as_dict())
+    outcome.run_id, outcome.trainer_summary = run_id, dict(recorder.summary)
+    trial_record.write_outcome(out, outcome)
     diagnosis = write_diagnosis(recorder.history, resolved, out, sweep_params or {})
     final_step = recorder.history[-1]["step"] if recorder.history else 0
     if tracker:
         tracker.log_metrics(run_id, [(k, v, final_step) for k, v in objective_metrics(result).items()])
         tracker.set_tags(run_id, {TAG_STATE: "COMPLETE"})
-        tracker.log_artifact(run_id, str(out / "metrics.jsonl"))
-        tracker.log_artifact(run_id, str(out / "objective.json"))
-        log_completion_sample(tracker, run_id, out / "completions.jsonl")
-        tracker.log_artifact(run_id, str(out / "diagnosis.md"))
-        tracker.log_artifact(run_id, str(out / "diagnosis.json"))
+        for path in trial_record.artifacts(out):
+            tracker.log_artifact(run_id, path)
+        log_completion_sample(tracker, run_id, out / trial_record.COMPLETIONS)
         tracker.set_tags(run_id, {f"diag.{f.id}": f.severity for f in diagnosis.findings})
         tracker.end_run(run_id, "FINISHED")
     return TrialResult(

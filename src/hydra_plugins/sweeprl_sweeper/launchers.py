@@ -14,15 +14,16 @@ launcher and tells the study what the launcher returns. Two things differ from t
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from pathlib import Path
-from typing import Any, List, Optional, Sequence
+from typing import List, Optional, Sequence
 
 import optuna
 from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import DictConfig, OmegaConf
+
+from sweeprl import trial_record
 
 log = logging.getLogger(__name__)
 
@@ -81,13 +82,11 @@ def recover_round(
     """
     first = str(error).strip().splitlines()
     reason = f"the launcher lost this job: {type(error).__name__}: {' | '.join(first[:3])[:1500] if first else ''}"
-    dirs = [Path(sweep_dir).absolute() / (f"trial_{n}" + (f"_seed{s}" if s is not None else "")) for n, s in jobs]
+    dirs = [trial_record.trial_dir(Path(sweep_dir).absolute(), n, s) for n, s in jobs]
     since = time.time()
     while True:
         pending = [
-            d
-            for d in dirs
-            if not (d / "objective.json").is_file() and _last_change(d, since) > time.time() - settle_seconds
+            d for d in dirs if not trial_record.has_outcome(d) and _last_change(d, since) > time.time() - settle_seconds
         ]
         if not pending:
             break
@@ -106,15 +105,11 @@ def _last_change(d: Path, floor: float) -> float:
 def _from_dir(d: Path, reason: str, error: BaseException) -> JobReturn:
     ret = JobReturn()
     ret.hydra_cfg = OmegaConf.create({"hydra": {"runtime": {"output_dir": str(d)}}}) if d.is_dir() else None
-    data: Any = None
-    try:
-        data = json.loads((d / "objective.json").read_text())
-    except (OSError, ValueError):
-        pass
-    if isinstance(data, dict) and data.get("pruned"):
-        ret.status, ret._return_value = JobStatus.FAILED, optuna.TrialPruned(str(data.get("prune_reason") or "pruned"))
-    elif isinstance(data, dict) and data.get("values"):
-        ret.status, ret._return_value = JobStatus.COMPLETED, list(data["values"])
+    record = trial_record.read_outcome(d)
+    if record is not None and record.pruned:
+        ret.status, ret._return_value = JobStatus.FAILED, optuna.TrialPruned(str(record.prune_reason or "pruned"))
+    elif record is not None and record.values:
+        ret.status, ret._return_value = JobStatus.COMPLETED, list(record.values)
     else:
         lost = LostJob(reason)
         lost.__cause__ = error  # the launcher's traceback goes to the trial's last_50_lines.log

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
+from sweeprl import trial_record
+
 
 @dataclass
 class Running:
@@ -75,7 +77,7 @@ class SlotPool:
 
     def start(self, trial: Any, overrides: Sequence[str], trial_dir: Path, slot: int) -> Running:
         trial_dir.mkdir(parents=True, exist_ok=True)
-        log_file = open(trial_dir / "trial_process.log", "w")  # noqa: SIM115 - closed when the trial ends
+        log_file = open(trial_dir / trial_record.PROCESS_LOG, "w")  # noqa: SIM115 - closed when the trial ends
         cmd = [sys.executable, "-m", "sweeprl", *self.base_args, *overrides, f"hydra.run.dir={trial_dir}"]
         log_file.write("# " + " ".join(cmd) + "\n")
         log_file.flush()

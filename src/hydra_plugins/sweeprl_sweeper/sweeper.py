@@ -34,6 +34,7 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution, Int
 from optuna.trial import TrialState
 
 from hydra_plugins.sweeprl_sweeper.search_space import SearchSpace, SearchSpaceError, format_value, parse_search_space
+from sweeprl import trial_record
 
 log = logging.getLogger(__name__)
 
@@ -313,7 +314,7 @@ class SweeprlSweeper(Sweeper):
         return self._finish(study, tracker, parent_run, tracking_uri, started, status=status)
 
     def _make_progress(self, study: optuna.Study):
-        from sweeprl.console import console
+        from sweeprl.cli.console import console
         from sweeprl.progress import SweepProgress, best_of
         from sweeprl.study import finished_count
 
@@ -439,7 +440,8 @@ class SweeprlSweeper(Sweeper):
                 for seed in seeds
             ]
             for t in trials:
-                self.progress.trial_started(t.number, _param_text(t.params), Path(self.sweep_dir) / f"trial_{t.number}")
+                where = trial_record.trial_dir(self.sweep_dir, t.number)
+                self.progress.trial_started(t.number, _param_text(t.params), where)
             with _Heartbeat(study, trials, self.heartbeat_interval):
                 try:
                     returns = list(self.launcher.launch(batch, initial_job_idx=trials[0].number))
@@ -521,9 +523,9 @@ class SweeprlSweeper(Sweeper):
                     if trial is None:
                         break
                     overrides = self._overrides(trial, space, [], parent_run, custom)
-                    pool.start(trial, overrides, Path(self.sweep_dir) / f"trial_{trial.number}", slot)
+                    pool.start(trial, overrides, trial_record.trial_dir(self.sweep_dir, trial.number), slot)
                     self.progress.trial_started(
-                        trial.number, _param_text(trial.params), Path(self.sweep_dir) / f"trial_{trial.number}"
+                        trial.number, _param_text(trial.params), trial_record.trial_dir(self.sweep_dir, trial.number)
                     )
                     log.info("[trial %d] started in slot %d", trial.number, slot)
                 if not pool.running:
@@ -551,22 +553,18 @@ class SweeprlSweeper(Sweeper):
         trial.set_user_attr("ended_at", time.time())
         trial.set_user_attr("started_at", time.time() - outcome.seconds)
         self._record_files(trial, [str(run.trial_dir)])
-        data: Dict[str, Any] = {}
-        try:
-            data = json.loads((run.trial_dir / "objective.json").read_text())
-        except (OSError, ValueError):
-            pass
-        if data.get("pruned") and not outcome.timed_out and (outcome.returncode or 0) >= 0:
-            reason = str(data.get("prune_reason") or "pruned")
+        record = trial_record.read_outcome(run.trial_dir) or trial_record.Outcome()
+        if record.pruned and not outcome.timed_out and (outcome.returncode or 0) >= 0:
+            reason = str(record.prune_reason or "pruned")
             trial.set_user_attr("prune_reason", reason[:2000])
             study.tell(trial, state=TrialState.PRUNED)
             log.info("[trial %d] PRUNED %s (%s)", trial.number, reason, params)
             self._progress_event(trial, "PRUNED")
             return True
-        if outcome.returncode == 0 and data.get("values"):
+        if outcome.returncode == 0 and record.values:
             from sweeprl.study import is_finite_values
 
-            values = [float(v) for v in data["values"]]
+            values = [float(v) for v in record.values]
             if len(values) == len(self.directions) and is_finite_values(values):
                 study.tell(trial, values if len(values) > 1 else values[0])
                 log.info(
@@ -578,13 +576,12 @@ class SweeprlSweeper(Sweeper):
                 )
                 self._progress_event(trial, "COMPLETE", values[0])
                 return True
-            reason = f"objective is not a finite number: {data['values']!r}"
+            reason = f"objective is not a finite number: {record.values!r}"
         else:
-            reason = describe_exit(
-                outcome.returncode, outcome.timed_out, self.trial_timeout, tail(run.trial_dir / "trial_process.log")
-            )
+            log_tail = tail(run.trial_dir / trial_record.PROCESS_LOG)
+            reason = describe_exit(outcome.returncode, outcome.timed_out, self.trial_timeout, log_tail)
         self._fail(study, trial, reason, params)
-        self._record_failure_details(trial, tracker, log_file=run.trial_dir / "trial_process.log", reason=reason)
+        self._record_failure_details(trial, tracker, log_file=run.trial_dir / trial_record.PROCESS_LOG, reason=reason)
         return False
 
     def _record_failure_details(
@@ -595,20 +592,21 @@ class SweeprlSweeper(Sweeper):
         from sweeprl.tracking import TAG_STATE, TAG_STUDY, TAG_TRIAL
 
         frozen_dir = trial.user_attrs.get("trial_dir") if hasattr(trial, "user_attrs") else None
-        trial_dir = Path(frozen_dir if isinstance(frozen_dir, str) else Path(self.sweep_dir) / f"trial_{trial.number}")
-        log_file = log_file or trial_dir / "trial.log"
+        default_dir = trial_record.trial_dir(self.sweep_dir, trial.number)
+        trial_dir = Path(frozen_dir) if isinstance(frozen_dir, str) else default_dir
+        log_file = log_file or trial_dir / trial_record.TRIAL_LOG
         text = "\n".join(t for t in (tail(log_file), self._tracebacks.pop(trial.number, "")) if t)
         text = "\n".join(text.splitlines()[-50:])
         if text:
             trial_dir.mkdir(parents=True, exist_ok=True)
-            (trial_dir / "last_50_lines.log").write_text(text + "\n")
+            (trial_dir / trial_record.FAILURE_TAIL).write_text(text + "\n")
         if tracker is None:
             return
         exp = tracker.experiment_id(self._experiment_name())
         run_id = tracker.find_run(exp, {TAG_STUDY: str(self.study_name), TAG_TRIAL: str(trial.number)}) if exp else None
         if run_id:
             if text:
-                tracker.log_artifact(run_id, str(trial_dir / "last_50_lines.log"))
+                tracker.log_artifact(run_id, str(trial_dir / trial_record.FAILURE_TAIL))
             tags = {TAG_STATE: "FAIL"}
             if reason:
                 tags["sweeprl.fail_reason"] = reason[:5000]
@@ -646,7 +644,7 @@ class SweeprlSweeper(Sweeper):
 
     def _tell(self, study: optuna.Study, trial: optuna.Trial, rets: Sequence[JobReturn]) -> bool:
         """Record one trial (one job, or one job per seed) in the study; returns False when it failed."""
-        from sweeprl.stability import across_runs
+        from sweeprl.analysis.stability import across_runs
         from sweeprl.study import is_finite_values
 
         params = _param_text(trial.params)
@@ -704,31 +702,13 @@ class SweeprlSweeper(Sweeper):
 
     def _record_files(self, trial: optuna.Trial, dirs: Sequence[str]) -> None:
         """Objective terms, MLflow run ids, findings and step counts from the trial dirs, as user attrs."""
-        terms: Dict[str, List[float]] = {}
-        run_ids, findings, steps = [], [], 0
-        for d in dirs:
-            base = Path(d)
-            try:
-                if (base / "objective.json").is_file():
-                    data = json.loads((base / "objective.json").read_text())
-                    for k, v in (data.get("terms") or {}).items():
-                        terms.setdefault(k, []).append(float(v))
-                    if data.get("run_id"):
-                        run_ids.append(data["run_id"])
-                if (base / "diagnosis.json").is_file():
-                    for f in json.loads((base / "diagnosis.json").read_text()).get("findings", []):
-                        if f["id"] not in findings:
-                            findings.append(f["id"])
-                if (base / "metrics.jsonl").is_file():
-                    steps += sum(1 for line in (base / "metrics.jsonl").open() if line.strip())
-            except (OSError, ValueError, KeyError, TypeError):
-                continue
-        if terms:
-            trial.set_user_attr("objective_terms", {k: sum(v) / len(v) for k, v in terms.items()})
-        if run_ids:
-            trial.set_user_attr("mlflow_run_id", run_ids[0] if len(run_ids) == 1 else run_ids)
-        trial.set_user_attr("findings", findings)
-        trial.set_user_attr("steps", steps)
+        summary = trial_record.summarize(dirs)
+        if summary.terms:
+            trial.set_user_attr("objective_terms", summary.terms)
+        if summary.run_ids:
+            trial.set_user_attr("mlflow_run_id", summary.run_ids[0] if len(summary.run_ids) == 1 else summary.run_ids)
+        trial.set_user_attr("findings", summary.findings)
+        trial.set_user_attr("steps", summary.steps)
 
     def _fail(self, study: optuna.Study, trial: optuna.Trial, reason: str, params: str) -> bool:
         trial.set_user_attr("fail_reason", reason[:2000])
@@ -740,7 +720,7 @@ class SweeprlSweeper(Sweeper):
     def _finish(
         self, study: optuna.Study, tracker, parent_run, tracking_uri, started: float, status: str
     ) -> Dict[str, Any]:
-        from sweeprl.console import console, trials_table
+        from sweeprl.cli.console import console, trials_table
         from sweeprl.study import ranked_rows, write_results
         from sweeprl.tracking import ui_command
 
@@ -766,7 +746,8 @@ class SweeprlSweeper(Sweeper):
         ]
         if self.report and rows:
             try:
-                from sweeprl.report import build_report, log_report_to_mlflow
+                from sweeprl.report.build import build_report
+                from sweeprl.report.mlflow_upload import log_report_to_mlflow
 
                 files = build_report(str(self.study_name), self.storage_url, self.sweep_dir)
                 lines.append(f"report: {files.html}")

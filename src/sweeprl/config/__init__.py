@@ -31,11 +31,20 @@ def _csv(value) -> str:
     return ",".join(str(v) for v in value)
 
 
+def _trial_dir(number, suffix="") -> str:
+    """``${sweeprl_trial_dir:<trial number>,<suffix>}``: the trial dir name of :mod:`sweeprl.trial_record`."""
+    from sweeprl.trial_record import dir_name
+
+    return dir_name(number, suffix or "")
+
+
 def register() -> None:
     """Register schemas and resolvers (idempotent); called on import of sweeprl and of the sweeper plugin."""
     register_configs()
     if not OmegaConf.has_resolver("sweeprl_csv"):
         OmegaConf.register_new_resolver("sweeprl_csv", _csv)
+    if not OmegaConf.has_resolver("sweeprl_trial_dir"):
+        OmegaConf.register_new_resolver("sweeprl_trial_dir", _trial_dir)
 
 
 register()

@@ -283,7 +283,7 @@ GROUP_SCHEMAS: Dict[str, type] = {
 
 def register_configs() -> None:
     """Store the schemas in Hydra's ConfigStore (idempotent)."""
-    from sweeprl.training.ppo_config import PPOAlgoConfig  # here: ppo_config imports this module
+    from sweeprl.config.ppo import PPOAlgoConfig  # here: ppo_config imports this module
 
     ALGO_SCHEMAS.setdefault("ppo", PPOAlgoConfig)
     cs = ConfigStore.instance()

@@ -175,7 +175,7 @@ def validate(cfg: DictConfig) -> None:
     if algo_name not in ALGO_SCHEMAS:
         problems.append(f"algo.name={algo_name!r} is invalid; allowed: one of {', '.join(ALGO_SCHEMAS)}")
     elif algo_name == "ppo":
-        from sweeprl.training.ppo_config import ppo_cross_checks, ppo_rules
+        from sweeprl.config.ppo import ppo_cross_checks, ppo_rules
 
         problems += _check(cfg, ppo_rules())
         problems += ppo_cross_checks(cfg)

@@ -40,6 +40,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
+from sweeprl import trial_record
 from sweeprl.rewards import completion_text, register
 from sweeprl.sandbox import Limits, Sandbox
 
@@ -335,7 +336,7 @@ def ocaml_syntax_aware(
     )
     curriculum = [dict(p) for p in (curriculum or [])]
     validate_curriculum(curriculum)
-    sink = Path(output_dir) / "completions.jsonl" if output_dir else None
+    sink = Path(output_dir) / trial_record.COMPLETIONS if output_dir else None
     lock = threading.Lock()
 
     def ocaml_syntax_aware(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import numbers
@@ -12,6 +11,7 @@ from typing import Any, Dict, List, Optional
 from transformers import TrainerCallback
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
+from sweeprl import trial_record
 from sweeprl.tracking import SafeTracker
 
 # Keys of the end-of-training summary that the HF Trainer logs once; not a training step.
@@ -25,15 +25,18 @@ def numeric_items(logs: Dict[str, Any]) -> Dict[str, float]:
 
 
 class MetricsRecorder(TrainerCallback):
-    """Appends one JSON object per logging step (TRL's metric names plus ``step``) to ``path`` and mirrors
-    each value to MLflow with the same step; keeps the history in memory for the objective."""
+    """Appends one record per logging step (TRL's metric names plus ``step``) to the trial's ``metrics.jsonl``
+    (:mod:`sweeprl.trial_record`) and mirrors each value to MLflow with the same step; keeps the history in
+    memory for the objective."""
 
     def __init__(
-        self, path: Path, tracker: Optional[SafeTracker] = None, run_id: Optional[str] = None, flush_every: int = 10
+        self,
+        trial_dir: Path,
+        tracker: Optional[SafeTracker] = None,
+        run_id: Optional[str] = None,
+        flush_every: int = 10,
     ):
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.path.write_text("")
+        self.file = trial_record.MetricsFile(trial_dir)
         self.tracker = tracker
         self.run_id = run_id
         self.flush_every = flush_every
@@ -50,8 +53,7 @@ class MetricsRecorder(TrainerCallback):
             return
         record = {"step": int(state.global_step), **values}
         self.history.append(record)
-        with self.path.open("a") as fh:
-            fh.write(json.dumps(record, allow_nan=True) + "\n")
+        self.file.append(record)
         # MLflow rejects nothing numeric, but NaN/inf make its UI charts useless; they stay in metrics.jsonl.
         self._pending.extend((k, v, record["step"]) for k, v in values.items() if math.isfinite(v))
         if len(self.history) % self.flush_every == 0:

@@ -56,7 +56,7 @@ import torch.nn.functional as F
 from omegaconf import OmegaConf
 from torch import nn
 
-from sweeprl.training.ppo_config import PPOAlgoConfig, as_ppo_config, ppo_problems
+from sweeprl.config.ppo import PPOAlgoConfig, as_ppo_config, ppo_problems
 
 log = logging.getLogger(__name__)
 

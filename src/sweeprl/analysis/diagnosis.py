@@ -18,9 +18,9 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 
-from sweeprl import stability
-from sweeprl.history import CONFIG_KEYS, PPO_OVERRIDES, RunHistory
-from sweeprl.stability import series, steps_of
+from sweeprl.analysis import stability
+from sweeprl.analysis.history import CONFIG_KEYS, PPO_OVERRIDES, RunHistory
+from sweeprl.analysis.stability import series, steps_of
 
 FINDING_IDS = (
     "loss_spike",

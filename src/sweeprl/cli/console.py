@@ -2,23 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Iterable, List, Optional, Sequence
+from typing import Iterable, List, Sequence
 
 from rich.console import Console
 from rich.table import Table
 
+from sweeprl.analysis.objective import penalty_sum, reward_term
+from sweeprl.formatting import num
 from sweeprl.study import TrialRow
 
 console = Console(highlight=False)
 if not console.is_terminal:
     # CI / SLURM logs / pipes: rich would assume 80 columns and truncate every cell of a trial table.
     console = Console(highlight=False, width=220)
-
-
-def _fmt(v: Optional[float]) -> str:
-    if v is None:
-        return "-"
-    return f"{v:.4g}"
 
 
 def trials_table(rows: Sequence[TrialRow], title: str, max_rows: int = 50) -> Table:
@@ -42,15 +38,13 @@ def trials_table(rows: Sequence[TrialRow], title: str, max_rows: int = 50) -> Ta
         if r.state == "COMPLETE" and r.value is not None:
             rank += 1
             rank_txt = str(rank)
-        cells = [rank_txt, str(r.number), r.state, _fmt(r.value)]
+        cells = [rank_txt, str(r.number), r.state, num(r.value, 4)]
         if show_terms:
-            late = r.terms.get("late_reward", r.terms.get("final_reward"))
-            penalties = (
-                sum(v for k, v in r.terms.items() if k not in ("late_reward", "final_reward")) if r.terms else None
-            )
-            cells += [_fmt(late), _fmt(penalties)]
+            late = reward_term(r.terms)
+            penalties = penalty_sum(r.terms) if r.terms else None
+            cells += [num(late, 4), num(penalties, 4)]
         cells += [
-            _fmt(r.params[k]) if isinstance(r.params.get(k), float) else str(r.params.get(k, "-")) for k in param_keys
+            num(r.params[k], 4) if isinstance(r.params.get(k), float) else str(r.params.get(k, "-")) for k in param_keys
         ]
         cells += [f"{r.seconds:.0f}" if r.seconds is not None else "-", ",".join(r.findings), r.reason]
         table.add_row(*cells)

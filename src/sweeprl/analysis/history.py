@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from sweeprl import trial_record
+
 ALIASES = {
     "avg_reward": "reward",
     "mean_reward": "reward",
@@ -125,13 +127,13 @@ def config_values(resolved: Dict[str, Any]) -> tuple[Dict[str, Any], Optional[st
 def _trial_dir(path: Path) -> RunHistory:
     import yaml
 
-    metrics = path / "metrics.jsonl"
-    if not metrics.is_file():
-        raise FileNotFoundError(f"{path} is a directory without metrics.jsonl (not a sweeprl trial or run dir)")
-    run = RunHistory(source=str(path), records=from_jsonl(metrics), trial_dir=str(path))
-    cfg_file = path / "resolved_config.yaml"
-    if cfg_file.is_file():
-        resolved = yaml.safe_load(cfg_file.read_text()) or {}
+    if not trial_record.metrics_path(path).is_file():
+        raise FileNotFoundError(
+            f"{path} is a directory without {trial_record.METRICS} (not a sweeprl trial or run dir)"
+        )
+    run = RunHistory(source=str(path), records=_records(trial_record.read_metrics(path)), trial_dir=str(path))
+    resolved = trial_record.read_resolved_config(path)
+    if resolved is not None:
         run.config, run.algo = config_values(resolved)
         run.target_kl = (resolved.get("objective") or {}).get("target_kl")
     hydra_file = path / ".hydra" / "hydra.yaml"
@@ -199,7 +201,7 @@ def load(source: str, tracking_uri: Optional[str] = None) -> RunHistory:
         if name.endswith(".csv"):
             return RunHistory(source=source, records=from_csv(path))
         if name.endswith((".jsonl", ".json")):
-            if path.name == "metrics.jsonl" and (path.parent / "resolved_config.yaml").is_file():
+            if path.name == trial_record.METRICS and trial_record.read_resolved_config(path.parent) is not None:
                 return _trial_dir(path.parent)
             text = path.read_text().lstrip()
             if text.startswith("{") and '"log_history"' in text[:100000]:

@@ -19,7 +19,7 @@ counts and the number of non-finite values.
 
 Metric keys are TRL's (``reward``, ``kl``, ``entropy``, ``loss``, ``grad_norm``, ``frac_reward_zero_std``) or the
 classic PPO names (``objective/scores``, ``objective/kl``, ``objective/entropy``, ``loss/value_avg``);
-:mod:`sweeprl.history` maps common aliases onto them.
+:mod:`sweeprl.analysis.history` maps common aliases onto them.
 """
 
 from __future__ import annotations

@@ -66,7 +66,7 @@ def load_completions(path: str) -> List[Dict[str, Any]]:
 def score_rows(args: argparse.Namespace, rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
     kwargs = reward_kwargs(args.set)
     if args.reward == "ocaml_syntax_aware":
-        from sweeprl.ocaml_data import read_jsonl, shipped_problems
+        from sweeprl.data.ocaml import read_jsonl, shipped_problems
         from sweeprl.rewards.ocaml import OCamlScorer
 
         if args.problems:
@@ -97,7 +97,7 @@ def main(argv: List[str]) -> int:
         return 0
     from rich.table import Table
 
-    from sweeprl.console import console
+    from sweeprl.cli.console import console
 
     cols = [
         c

@@ -37,7 +37,7 @@ def _split_study(positionals: Sequence[str]) -> Tuple[Optional[str], Optional[st
 
 def _check(study_name: Optional[str], sweep_dir: Optional[str], storage: Optional[str]) -> None:
     """A STUDY that is neither an existing dir nor a name with --storage: say which was probably meant."""
-    from sweeprl.report import ReportError
+    from sweeprl.report.study import ReportError
 
     if sweep_dir is None and storage is None:
         name = study_name or ""
@@ -93,7 +93,9 @@ def main(argv: List[str]) -> int:
     if args.top_k < 1:
         ap.error("--top-k must be >= 1")
     _logging()
-    from sweeprl.report import ReportError, build_report, default_tracking_uri, log_report_to_mlflow
+    from sweeprl.report.build import build_report
+    from sweeprl.report.mlflow_upload import log_report_to_mlflow, sweep_tracking_uri
+    from sweeprl.report.study import ReportError
 
     try:
         _, study_name, sweep_dir = _split_study(args.study)
@@ -111,7 +113,7 @@ def main(argv: List[str]) -> int:
     for note in files.notes:
         print(f"  note: {note}")
     if not args.no_mlflow:
-        uri = args.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri(files)
+        uri = args.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or sweep_tracking_uri(files)
         if not uri:
             print(
                 "sweeprl report: no MLflow store found for this sweep (pass --tracking-uri); report not logged to "
@@ -141,7 +143,7 @@ def trials_main(argv: List[str]) -> int:
     )
     args = ap.parse_args(list(argv))
     _logging()
-    from sweeprl.report import ReportError, open_study
+    from sweeprl.report.study import ReportError, open_study
     from sweeprl.study import ranked_rows
 
     try:
@@ -151,7 +153,7 @@ def trials_main(argv: List[str]) -> int:
     except (ReportError, ValueError) as exc:
         print(f"sweeprl trials: {exc}", file=sys.stderr)
         return 2
-    from sweeprl.console import console, trials_table
+    from sweeprl.cli.console import console, trials_table
 
     rows = ranked_rows(ref.study)
     if not rows:

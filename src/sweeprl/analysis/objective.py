@@ -7,7 +7,7 @@
                         - w_mode_collapse * mode_collapse - w_non_finite * non_finite
 
 with, on the logged reward curve r_1..r_n and a late window of the last ``ceil(window * n)`` steps
-(quantities from :mod:`sweeprl.stability`, in reward units so the weights read as "reward per unit"):
+(quantities from :mod:`sweeprl.analysis.stability`, in reward units so the weights read as "reward per unit"):
 
 - ``late_reward``: mean of r over the late window — of the *validation* reward (``eval_reward``, evaluated
   every ``data.eval_every`` updates on held-out prompts) when the run has one, so a sweep cannot win by
@@ -31,12 +31,12 @@ instability = the sum of the weighted penalties above, maximised and minimised r
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 
-from sweeprl import stability
-from sweeprl.stability import KL_KEYS, series
+from sweeprl.analysis import stability
+from sweeprl.analysis.stability import KL_KEYS, series
 
 PENALTIES = (
     "dispersion",
@@ -48,6 +48,21 @@ PENALTIES = (
     "non_finite",
 )
 EVAL_REWARD_KEYS = ("eval_reward", "eval_objective/scores")
+#: objective terms that are rewards (every other term is a penalty, positive = costs)
+REWARD_TERMS = ("late_reward", "final_reward")
+
+
+def reward_term(terms: Mapping[str, float]) -> Optional[float]:
+    """The reward term of an objective's terms (``late_reward`` or, for objective=reward, ``final_reward``)."""
+    for k in REWARD_TERMS:
+        if k in terms:
+            return float(terms[k])
+    return None
+
+
+def penalty_sum(terms: Mapping[str, float]) -> float:
+    """Sum of the objective's penalty terms (every term but the reward ones); 0 without terms."""
+    return float(sum(float(v) for k, v in terms.items() if k not in REWARD_TERMS))
 
 
 class ObjectiveError(ValueError):
@@ -70,7 +85,7 @@ class ObjectiveResult:
 
     @property
     def instability(self) -> float:
-        return float(sum(v for k, v in self.terms.items() if k in PENALTIES))
+        return penalty_sum(self.terms)
 
     def as_dict(self) -> Dict[str, Any]:
         return {"objective": self.value, "name": self.name, "values": self.values, "terms": self.terms, "raw": self.raw}

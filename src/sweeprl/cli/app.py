@@ -34,7 +34,7 @@ def trial_task(cfg: DictConfig) -> Any:
 def _print_single_run_summary(cfg: DictConfig, result) -> None:
     from rich.table import Table
 
-    from sweeprl.console import console
+    from sweeprl.cli.console import console
     from sweeprl.tracking import resolve_uri, ui_command
 
     table = Table(title=f"{cfg.name}: objective ({result.objective.name})")

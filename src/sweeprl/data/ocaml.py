@@ -24,7 +24,7 @@ from typing import Any, Dict, List, Mapping
 
 from omegaconf import DictConfig, OmegaConf
 
-from sweeprl.data import Records, builder
+from sweeprl.data.registry import Records, builder
 
 DEFAULTS: Dict[str, Any] = {
     "source": "shipped",

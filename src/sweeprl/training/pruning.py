@@ -18,8 +18,8 @@ from typing import Any, Dict, List, Optional
 
 from transformers import TrainerCallback
 
-from sweeprl.objective import ObjectiveError, compute_objective
-from sweeprl.stability import ENTROPY_KEYS, KL_KEYS, LOSS_KEYS, REWARD_KEYS
+from sweeprl.analysis.objective import ObjectiveError, compute_objective
+from sweeprl.analysis.stability import ENTROPY_KEYS, KL_KEYS, LOSS_KEYS, REWARD_KEYS
 
 log = logging.getLogger(__name__)
 

@@ -13,8 +13,9 @@ import sys
 from pathlib import Path
 from typing import List
 
-from sweeprl.diagnosis import Thresholds, diagnose, thresholds_from, to_markdown
-from sweeprl.history import load
+from sweeprl import trial_record
+from sweeprl.analysis.diagnosis import Thresholds, diagnose, thresholds_from, to_markdown
+from sweeprl.analysis.history import load
 
 
 def main(argv: List[str]) -> int:
@@ -62,7 +63,6 @@ def main(argv: List[str]) -> int:
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        (out / "diagnosis.md").write_text(md)
-        (out / "diagnosis.json").write_text(js)
+        trial_record.write_diagnosis(out, md, d.as_dict())
     print(md if args.format == "markdown" else js)
     return 0

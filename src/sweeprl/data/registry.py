@@ -1,9 +1,10 @@
-"""Training/validation prompt datasets, built by name from the ``data`` config group."""
+"""The registry of prompt-dataset builders and the helpers every builder shares (validation split, prompt
+truncation). Builders register themselves with :func:`builder`; :mod:`sweeprl.data` imports them all."""
 
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional
 
 from omegaconf import DictConfig
 
@@ -18,12 +19,6 @@ def builder(name: str):
         return fn
 
     return deco
-
-
-@builder("synthetic_prompts")
-def synthetic_prompts(data_cfg: DictConfig, tokenizer: Any = None) -> Records:
-    """``num_prompts`` prompts from ``prompt_template`` ("Task {i}:") — for rewards that score the completion alone."""
-    return [{"id": str(i), "prompt": data_cfg.prompt_template.format(i=i)} for i in range(data_cfg.num_prompts)]
 
 
 def in_validation(record_id: str, fraction: float) -> bool:
@@ -61,28 +56,3 @@ def truncate_prompts(records: Records, tokenizer: Any, max_tokens: Optional[int]
             }
         out.append(r)
     return out
-
-
-def build_datasets(data_cfg: DictConfig, tokenizer: Any = None) -> Tuple[Any, Any]:
-    """(train, validation) as ``datasets.Dataset``; validation is None when ``validation_fraction`` is 0."""
-    from datasets import Dataset
-
-    _load_builtin()
-    if data_cfg.name not in BUILDERS:
-        raise KeyError(
-            f"data.name={data_cfg.name!r} is not a registered dataset; available: {', '.join(sorted(BUILDERS))}"
-        )
-    records = BUILDERS[data_cfg.name](data_cfg, tokenizer)
-    if tokenizer is not None:
-        records = truncate_prompts(records, tokenizer, data_cfg.max_prompt_length)
-    train = [r for r in records if not in_validation(r["id"], data_cfg.validation_fraction)]
-    val = [r for r in records if in_validation(r["id"], data_cfg.validation_fraction)]
-    if not train:
-        raise ValueError(
-            f"data: no training prompts left after holding out validation_fraction={data_cfg.validation_fraction}"
-        )
-    return Dataset.from_list(train), (Dataset.from_list(val) if val else None)
-
-
-def _load_builtin() -> None:
-    from sweeprl import ocaml_data  # noqa: F401  (registers ocaml_problems)

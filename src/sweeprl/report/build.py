@@ -1,0 +1,462 @@
+"""The sweep report: one page that says which trials won, why, where the space was unstable and what to run next.
+
+:func:`build_report` reads an Optuna study (a sweep dir ``multirun/<study>/`` with its ``optuna.db``, or a study
+name + storage URL) and the trial dirs the sweeper recorded (``metrics.jsonl``, ``diagnosis.json``), and writes
+into the sweep dir (or ``out_dir``):
+
+- ``report.md``: the report, with the figures as PNG files next to it;
+- ``report.html``: the same, self-contained (figures embedded as base64 data URIs, inline CSS, no external
+  resources), so it opens offline and can be mailed or attached to an MLflow run;
+- PNG figures: ``history.png`` (or ``pareto_front.png`` for a two-objective study), ``importances.png``,
+  ``parallel_coordinate.png``, ``slice_<param>.png`` (one per swept param), ``curves.png`` (reward, KL and
+  entropy of the top-k trials, plus the most unstable completed trial dashed), ``objective_terms.png``;
+- ``next_sweep.json``: the suggested next search space in ``diagnosis.json``'s ``next_sweep`` layout, so that
+  ``python -m sweeprl -m ... +sweep_from=<dir>/next_sweep.json`` runs it.
+
+:func:`log_report_to_mlflow` attaches those files to the sweep's parent run (artifact path ``report/``).
+Figures come from :mod:`optuna.visualization.matplotlib` and matplotlib (Agg backend). A figure that cannot be
+drawn (too few trials, no variance, a missing optional package) is replaced by a note, never an exception.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+import optuna
+
+from sweeprl.analysis.objective import REWARD_TERMS, penalty_sum, reward_term
+from sweeprl.formatting import num
+from sweeprl.report.document import Block, to_html, to_markdown
+from sweeprl.report.figures import (
+    PARETO_NAMES,
+    _pyplot,
+    _save,
+    curves_figure,
+    history_figure,
+    importance_figure,
+    importance_status,
+    parallel_figure,
+    pareto_figure,
+    slice_figure,
+    terms_figure,
+)
+from sweeprl.report.next_sweep import _launch_overrides, suggest_next_sweep
+from sweeprl.report.regions import unstable_regions
+from sweeprl.report.study import (
+    ReportError,
+    TrialInfo,
+    distributions_of,
+    is_log_param,
+    open_study,
+    read_diagnosis,
+    read_resolved_config,
+    top_trials,
+    trial_dirs,
+    worst_unstable,
+)
+from sweeprl.study import ranked_rows, results_dict
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ReportFiles:
+    """What :func:`build_report` wrote."""
+
+    study_name: str
+    out_dir: str
+    markdown: str
+    html: str
+    images: List[str] = field(default_factory=list)
+    next_sweep: Optional[str] = None
+    sweep_dir: Optional[str] = None  # where the trial dirs are (may differ from out_dir)
+    notes: List[str] = field(default_factory=list)  # figures or sections that were skipped, and why
+
+    @property
+    def paths(self) -> List[str]:
+        out = [self.markdown, self.html, *self.images]
+        if self.next_sweep:
+            out.append(self.next_sweep)
+        return out
+
+
+def _safe_name(param: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_-]+", "_", param).strip("_") or "param"
+
+
+def _fmt_param(v: Any) -> str:
+    return num(v) if isinstance(v, float) else str(v)
+
+
+def _trial_table(infos: Sequence[TrialInfo], study: optuna.Study, top_findings: int = 3) -> Block:
+    multi = len(study.directions) > 1
+    term_names = sorted({k for i in infos for k in i.row.terms if k not in REWARD_TERMS})
+    # penalty columns that are zero everywhere add width, not information
+    term_names = [k for k in term_names if any(abs(float(i.row.terms.get(k, 0.0))) > 0 for i in infos)]
+    has_reward = any(reward_term(i.row.terms) is not None for i in infos)
+    params = sorted({k for i in infos for k in i.row.params})
+    front = {t.number for t in study.best_trials} if multi and any(i.complete for i in infos) else set()
+    header = ["rank", "trial", "state"]
+    header += PARETO_NAMES if multi else ["objective"]
+    if multi:
+        header.append("pareto")
+    if has_reward:
+        header.append("late_reward")
+    header += term_names + (["penalties"] if term_names else []) + params + ["steps", "reason", "findings"]
+    rows, attrs = [], {"id": "trials"}
+    rank = 0
+    for n, info in enumerate(infos):
+        r = info.row
+        rank_txt = ""
+        if info.complete:
+            rank += 1
+            rank_txt = str(rank)
+        cells = [rank_txt, str(r.number), r.state]
+        if multi:
+            vals = r.values or []
+            cells += [
+                num(vals[0]) if len(vals) > 0 else "-",
+                num(vals[1]) if len(vals) > 1 else "-",
+                "yes" if r.number in front else "",
+            ]
+        else:
+            cells.append(num(r.value))
+        if has_reward:
+            cells.append(num(reward_term(r.terms)))
+        cells += [num(r.terms.get(k)) for k in term_names]
+        if term_names:
+            cells.append(num(penalty_sum(r.terms)) if r.terms else "-")
+        cells += [_fmt_param(r.params[p]) if p in r.params else "-" for p in params]
+        steps = info.trial.user_attrs.get("steps")
+        cells += [
+            str(steps) if steps is not None else "-",
+            r.reason.splitlines()[0][:200] if r.reason else "",
+            ", ".join(r.findings[:top_findings])
+            + (f" (+{len(r.findings) - top_findings})" if len(r.findings) > top_findings else ""),
+        ]
+        rows.append(cells)
+        cls = [f"state-{r.state}"] + (["best"] if rank_txt == "1" else [])
+        attrs[f"row{n}"] = " ".join(cls)
+    return Block("table", header=header, rows=rows, attrs=attrs)
+
+
+def _reason_key(reason: str, width: int = 160) -> str:
+    """A prune/fail reason with its numbers blanked, so "objective 0.03 at step 10" and "objective -0.01 at
+    step 10" count as one reason."""
+    if not reason:
+        return "no reason recorded"
+    line = re.sub(r"(?<![\w.])-?\d+\.\d+(?:e[-+]?\d+)?", "…", reason.splitlines()[0])
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+def _causes(infos: Sequence[TrialInfo]) -> Dict[str, str]:
+    out: Dict[str, str] = {}
+    for info in infos:
+        data = read_diagnosis(info)
+        for f in (data or {}).get("findings", []):
+            if f.get("id") and f.get("cause") and f["id"] not in out:
+                out[f["id"]] = str(f["cause"])
+    return out
+
+
+def _target_kl(infos: Sequence[TrialInfo]) -> Optional[float]:
+    for info in infos:
+        cfg = read_resolved_config(info)
+        value = (cfg.get("objective") or {}).get("target_kl")
+        if value is not None:
+            try:
+                return float(value)
+            except (TypeError, ValueError):
+                return None
+    return None
+
+
+def build_report(
+    study_name: Optional[str],
+    storage: Optional[str],
+    sweep_dir: Optional[str],
+    out_dir: Optional[str] = None,
+    top_k: int = 3,
+) -> ReportFiles:
+    """Write the sweep report (``report.md``, ``report.html``, PNG figures, ``next_sweep.json``); see the module
+    docstring. STUDY is ``sweep_dir`` (a ``multirun/<study>/`` dir) or ``study_name`` + ``storage``.
+    Raises :class:`ReportError` when the study cannot be resolved."""
+    ref = open_study(study_name, storage, sweep_dir)
+    study = ref.study
+    target = out_dir or ref.sweep_dir
+    if not target:
+        raise ReportError(
+            f"study {study.study_name!r}: no sweep dir is known for it (its trials record no trial_dir); pass --out DIR"
+        )
+    os.makedirs(target, exist_ok=True)
+    out = os.path.abspath(target)
+    files = ReportFiles(
+        study_name=study.study_name,
+        out_dir=out,
+        markdown=os.path.join(out, "report.md"),
+        html=os.path.join(out, "report.html"),
+        sweep_dir=ref.sweep_dir,
+    )
+    frozen = {t.number: t for t in study.get_trials(deepcopy=False)}
+    infos = [
+        TrialInfo(row=r, trial=frozen[r.number], dirs=trial_dirs(frozen[r.number], ref.sweep_dir))
+        for r in ranked_rows(study)
+    ]
+    multi = len(study.directions) > 1
+    states = Counter(i.row.state for i in infos)
+    complete = [i for i in infos if i.complete]
+    top = top_trials(infos, study, top_k)
+    worst = worst_unstable(infos, exclude=[i.number for i in top])
+    dists = distributions_of(study)
+
+    blocks: List[Block] = [Block("h1", f"Sweep report: {study.study_name}")]
+    directions = ", ".join(d.name.lower() for d in study.directions)
+    blocks.append(
+        Block(
+            "p",
+            f"{len(infos)} trials ("
+            + ", ".join(f"{n} {s}" for s, n in sorted(states.items()))
+            + f"); direction: {directions}; "
+            f"storage: {ref.storage_url}" + (f"; sweep dir: {ref.sweep_dir}" if ref.sweep_dir else "") + ".",
+        )
+    )
+    if not infos:
+        blocks.append(Block("note", "The study has no trials yet: nothing to rank or plot. Run the sweep first."))
+    elif not complete:
+        blocks.append(
+            Block(
+                "note",
+                f"No trial completed ({', '.join(f'{n} {s}' for s, n in sorted(states.items()))}): there is no "
+                "objective "
+                "to rank or plot. The failure and prune reasons are in the table below.",
+            )
+        )
+    else:
+        res = results_dict(study)
+        if multi:
+            blocks.append(
+                Block(
+                    "p",
+                    f"Pareto front: trials {', '.join(str(s['trial']) for s in res['solutions'])} "
+                    f"(objectives: {PARETO_NAMES[0]} ↑, {PARETO_NAMES[1]} ↓).",
+                )
+            )
+        else:
+            best_params = ", ".join(f"{k}={_fmt_param(v)}" for k, v in res["best_params"].items())
+            blocks.append(
+                Block(
+                    "p", f"Best: trial {res['best_trial']} with objective {num(res['best_value'], 4)} ({best_params})."
+                )
+            )
+
+    blocks += [Block("h2", "Trials (best first)"), _trial_table(infos, study)]
+    if any(i.row.terms for i in infos):
+        blocks.append(
+            Block(
+                "p",
+                "objective = late_reward − penalties (weighted terms of the stability-adjusted objective, reward "
+                "units); "
+                "penalty columns that are zero in every trial are left out.",
+            )
+        )
+
+    def figure(name: str, caption: str, make: Callable[[], Any], empty: str = "nothing to draw") -> None:
+        path = os.path.join(out, name)
+        plt = _pyplot()
+        try:
+            # Optuna's plots switch the global style to ggplot: keep that inside this figure
+            with plt.rc_context(), plt.style.context("ggplot"):
+                fig = make()
+                if fig is not None:
+                    _save(fig, path)
+        except Exception as exc:  # noqa: BLE001 - a figure that cannot be drawn becomes a note
+            plt.close("all")
+            log.warning("report: %s not drawn: %s: %s", name, type(exc).__name__, exc)
+            files.notes.append(f"{name}: not drawn ({type(exc).__name__}: {exc})")
+            blocks.append(Block("note", f"{caption}: not drawn ({type(exc).__name__}: {exc})."))
+            return
+        if fig is None:
+            files.notes.append(f"{name}: {empty}")
+            blocks.append(Block("note", f"{caption}: {empty}."))
+            return
+        files.images.append(path)
+        blocks.append(Block("img", caption, path=path))
+
+    def skip(caption: str, why: str) -> None:
+        files.notes.append(f"{caption}: {why}")
+        blocks.append(Block("note", f"{caption}: {why}."))
+
+    blocks.append(Block("h2", "Optimization"))
+    if not complete:
+        skip("Figures", "skipped, no complete trial")
+    else:
+        if multi:
+            figure(
+                "pareto_front.png",
+                f"Pareto front ({PARETO_NAMES[0]} ↑ vs {PARETO_NAMES[1]} ↓); optimization history and "
+                "importances are not shown for a two-objective study",
+                lambda: pareto_figure(study),
+            )
+        else:
+            figure(
+                "history.png",
+                "Optimization history: objective per trial and best so far",
+                lambda: history_figure(study),
+            )
+            why = importance_status(study)
+            if why:
+                skip("Parameter importances", why)
+            else:
+                rough = f" — rough with only {len(complete)} complete trials" if len(complete) < 8 else ""
+                figure(
+                    "importances.png",
+                    f"Parameter importances (Optuna's fANOVA on the {len(complete)} complete trials{rough})",
+                    lambda: importance_figure(study),
+                )
+        figure(
+            "parallel_coordinate.png",
+            "Parallel coordinates: every complete trial's params, coloured by objective",
+            lambda: parallel_figure(study),
+        )
+        blocks.append(Block("h3", "Objective vs each swept param"))
+        for p in dists:
+            scale = "log x-axis" if is_log_param(study, p) else "linear x-axis"
+            figure(
+                f"slice_{_safe_name(p)}.png",
+                f"Slice: {'late reward' if multi else 'objective'} vs {p} ({scale})",
+                lambda p=p: slice_figure(study, p),
+            )
+
+    blocks.append(Block("h2", "Training curves"))
+    if top:
+        desc = ", ".join(f"#{i.number}" for i in top)
+        if worst:
+            worst_sum = num(penalty_sum(worst.row.terms))
+            desc += f"; dashed: #{worst.number}, the completed trial with the highest penalty sum ({worst_sum})"
+        else:
+            desc += "; no other completed trial has a positive penalty sum to contrast with"
+        blocks.append(Block("p", f"Top {len(top)} trials: {desc}."))
+        figure(
+            "curves.png",
+            "Reward, KL and entropy per step",
+            lambda: curves_figure(top, worst, _target_kl(top)),
+            empty="no metrics.jsonl with reward/KL/entropy found in these trials' dirs",
+        )
+        blocks.append(Block("h2", "Objective components of the top trials"))
+        figure(
+            "objective_terms.png",
+            "late_reward vs stacked penalty terms (the diamond is the objective)",
+            lambda: terms_figure(top),
+            empty="these trials carry no objective_terms",
+        )
+    else:
+        skip("Training curves", "no complete trial")
+
+    # ---------------------------------------------------------------- sweep-level diagnosis
+    blocks.append(Block("h2", "Sweep diagnosis"))
+    diag_items = []
+    regions = unstable_regions([i.row for i in infos], _causes(infos))
+    considered = [i for i in infos if i.row.state in ("COMPLETE", "PRUNED")]
+    if regions:
+        blocks.append(Block("p", "Where the findings of the per-trial diagnoses occurred in the searched space:"))
+        blocks.append(Block("ul", items=[g.text for g in regions]))
+    elif considered:
+        diag_items.append(f"No diagnosis finding in any of the {len(considered)} finished trials.")
+    clean = [i for i in complete if not i.row.findings]
+    if clean:
+        diag_items.append("Trials without any finding: " + ", ".join(f"#{i.number}" for i in clean) + ".")
+    if complete and any(i.row.terms for i in complete):
+        dominant = Counter()
+        for i in complete:
+            pens = {k: float(v) for k, v in i.row.terms.items() if k not in REWARD_TERMS and float(v) > 0}
+            if pens:
+                dominant[max(pens, key=pens.get)] += 1
+        if dominant:
+            diag_items.append(
+                "Largest penalty per completed trial: "
+                + ", ".join(f"{k} in {n} trial{'s' if n > 1 else ''}" for k, n in dominant.most_common())
+                + "."
+            )
+    for state in ("PRUNED", "FAIL"):
+        groups: Dict[str, List[int]] = {}
+        for i in infos:
+            if i.row.state == state:
+                groups.setdefault(_reason_key(i.row.reason), []).append(i.number)
+        if groups:
+            ordered = sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[1][0]))
+            diag_items.append(
+                f"{state} ({sum(len(v) for v in groups.values())}): "
+                + "; ".join(
+                    f"{r} (trial{'s' if len(ns) > 1 else ''} {', '.join(map(str, sorted(ns)))})"
+                    for r, ns in ordered[:5]
+                )
+                + "."
+            )
+    if diag_items:
+        blocks.append(Block("ul", items=diag_items))
+
+    # ---------------------------------------------------------------- next sweep
+    blocks.append(Block("h2", "Suggested next sweep"))
+    nxt = suggest_next_sweep(study, infos, top_k)
+    if nxt["params"]:
+        blocks.append(
+            Block(
+                "p",
+                f"Ranges narrowed around the top {len(nxt['top'])} trials ({', '.join(f'#{n}' for n in nxt['top'])}):",
+            )
+        )
+        blocks.append(
+            Block(
+                "table",
+                header=["param", "next range", "why"],
+                rows=[[p, v, nxt["reasons"].get(p, "")] for p, v in nxt["params"].items()],
+            )
+        )
+        path = os.path.join(out, "next_sweep.json")
+        with open(path, "w") as fh:
+            json.dump(
+                {
+                    "source": f"sweep report of study {study.study_name}",
+                    "next_sweep": {"params": nxt["params"], "reasons": nxt["reasons"]},
+                    "diagnosis_votes": nxt["votes"],
+                },
+                fh,
+                indent=2,
+            )
+        files.next_sweep = path
+        launch = _launch_overrides(infos, dists)
+        cmd = " ".join(
+            [
+                "python -m sweeprl -m",
+                *launch,
+                f"+sweep_from={path}",
+                f"hydra.sweeper.study_name={study.study_name}-next",
+            ]
+        )
+        blocks.append(Block("code", cmd))
+    else:
+        skip("Next sweep", "no complete trial to narrow the ranges around")
+    if nxt["votes"]:
+        blocks.append(Block("p", "What the per-trial diagnoses recommend, counted over all diagnosed trials:"))
+        blocks.append(
+            Block(
+                "ul",
+                items=[
+                    f"{p}{'' if p in dists else ' (not swept)'}: "
+                    + ", ".join(f"{'raise' if d == 'increase' else 'lower'} in {n}" for d, n in sorted(c.items()))
+                    for p, c in nxt["votes"].items()
+                ],
+            )
+        )
+
+    Path(files.markdown).write_text(to_markdown(blocks, out))
+    Path(files.html).write_text(to_html(blocks, f"Sweep report: {study.study_name}"))
+    log.info("report of study %s written to %s (%d figures)", study.study_name, out, len(files.images))
+    return files

@@ -1,0 +1,236 @@
+"""The report's figures: Optuna's matplotlib plots and our own curves/terms figures (Agg backend).
+
+A figure function returns a matplotlib figure, or None when there is nothing to draw."""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import optuna
+from optuna.distributions import FloatDistribution, IntDistribution
+from optuna.trial import TrialState
+
+from sweeprl import trial_record
+from sweeprl.analysis.objective import REWARD_TERMS, reward_term
+from sweeprl.formatting import num
+from sweeprl.report.study import TrialInfo, distributions_of, is_log_param
+
+log = logging.getLogger(__name__)
+
+
+CURVE_KEYS = {
+    "reward": ("reward", "objective/scores"),
+    "kl": ("kl", "objective/kl"),
+    "entropy": ("entropy", "objective/entropy"),
+}
+
+
+PARETO_NAMES = ["late reward", "instability"]
+
+
+PENALTY_COLORS = ["tab:orange", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan", "tab:gray"]
+
+
+def _pyplot():
+    import matplotlib
+
+    if matplotlib.get_backend().lower() != "agg":
+        matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _fig_of(ax: Any):
+    import numpy as np
+
+    if isinstance(ax, np.ndarray):
+        ax = ax.flat[0]
+    return ax.figure
+
+
+def _save(fig: Any, path: str) -> str:
+    plt = _pyplot()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _quiet(fn: Callable[[], Any]) -> Any:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return fn()
+
+
+def _target(study: optuna.Study) -> Dict[str, Any]:
+    """Keyword args that make Optuna's plots show the first objective of a multi-objective study."""
+    if len(study.directions) == 1:
+        return {}
+    return {"target": lambda t: t.values[0], "target_name": PARETO_NAMES[0]}
+
+
+def history_figure(study: optuna.Study):
+    fig = _fig_of(_quiet(lambda: optuna.visualization.matplotlib.plot_optimization_history(study)))
+    fig.set_size_inches(9, 5)
+    return fig
+
+
+def pareto_figure(study: optuna.Study):
+    return _fig_of(_quiet(lambda: optuna.visualization.matplotlib.plot_pareto_front(study, target_names=PARETO_NAMES)))
+
+
+def importance_status(study: optuna.Study) -> Optional[str]:
+    """None when parameter importances can be computed, else why not."""
+    done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    if len(done) < 2:
+        return f"parameter importances need at least 2 complete trials ({len(done)} so far)"
+    varied = [p for p in distributions_of(study) if len({repr(t.params.get(p)) for t in done if p in t.params}) > 1]
+    if not varied:
+        return "parameter importances need a swept param whose value varies across complete trials (none does)"
+    return None
+
+
+def importance_figure(study: optuna.Study):
+    return _fig_of(_quiet(lambda: optuna.visualization.matplotlib.plot_param_importances(study, **_target(study))))
+
+
+def parallel_figure(study: optuna.Study):
+    fig = _fig_of(_quiet(lambda: optuna.visualization.matplotlib.plot_parallel_coordinate(study, **_target(study))))
+    fig.set_size_inches(10, 5.5)
+    return fig
+
+
+def slice_figure(study: optuna.Study, param: str):
+    """Objective vs ``param`` over the complete trials (Optuna's slice plot); log x-axis for log params."""
+    ax = _quiet(lambda: optuna.visualization.matplotlib.plot_slice(study, params=[param], **_target(study)))
+    fig = _fig_of(ax)
+    axis = fig.axes[0]
+    log_x = is_log_param(study, param)
+    if log_x:
+        axis.set_xscale("log")
+    dist = distributions_of(study).get(param)
+    if isinstance(dist, (FloatDistribution, IntDistribution)) and dist.high > dist.low:
+        # the whole searched range, so the plot shows where in it the trials landed
+        if log_x:
+            pad = (dist.high / dist.low) ** 0.03
+            axis.set_xlim(dist.low / pad, dist.high * pad)
+            if dist.high / dist.low >= 10:
+                from matplotlib.ticker import NullFormatter
+
+                axis.xaxis.set_minor_formatter(NullFormatter())
+        else:
+            pad = 0.03 * (dist.high - dist.low)
+            axis.set_xlim(dist.low - pad, dist.high + pad)
+    axis.set_xlabel(param + (" (log scale)" if log_x else ""))
+    axis.set_title(f"{_target(study).get('target_name', 'Objective')} vs {param}")
+    fig.set_size_inches(7, 4.5)
+    return fig
+
+
+def load_curves(dirs: Sequence[str]) -> Dict[str, Tuple[List[float], List[float]]]:
+    """``{"reward"|"kl"|"entropy": (steps, values)}`` from a trial dir's ``metrics.jsonl`` (first readable dir)."""
+    from sweeprl.analysis.history import load
+    from sweeprl.analysis.stability import series, steps_of
+
+    for d in dirs:
+        if not trial_record.metrics_path(d).is_file():
+            continue
+        try:
+            records = load(d).records
+        except (OSError, ValueError):
+            continue
+        out = {}
+        for name, keys in CURVE_KEYS.items():
+            vals = series(records, *keys)
+            steps = steps_of(records, *keys)
+            if vals.size and vals.size == steps.size:
+                out[name] = ([float(s) for s in steps], [float(v) for v in vals])
+        return out
+    return {}
+
+
+def curves_figure(top: Sequence[TrialInfo], worst: Optional[TrialInfo], target_kl: Optional[float] = None):
+    """Reward, KL and entropy per step of the top trials (solid) and the most unstable one (dashed)."""
+    plt = _pyplot()
+    with plt.style.context("ggplot"):
+        fig, axes = plt.subplots(3, 1, figsize=(8, 9), sharex=True)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    drawn = 0
+    entries = [(i, info, False) for i, info in enumerate(top)] + ([(len(top), worst, True)] if worst else [])
+    for idx, info, dashed in entries:
+        curves = load_curves(info.dirs)
+        if not curves:
+            continue
+        value = info.row.value
+        label = f"#{info.number} " + ("most unstable" if dashed else f"rank {idx + 1}") + f" (objective {num(value)})"
+        style = {
+            "color": "0.35" if dashed else colors[idx % len(colors)],
+            "linestyle": "--" if dashed else "-",
+            "linewidth": 1.4 if dashed else 1.8,
+        }
+        for ax, name in zip(axes, CURVE_KEYS):
+            if name in curves:
+                ax.plot(*curves[name], label=label, **style)
+        drawn += 1
+    if not drawn:
+        plt.close(fig)
+        return None
+    for ax, name in zip(axes, CURVE_KEYS):
+        ax.set_ylabel(name)
+        ax.grid(True, alpha=0.3)
+    axes[0].set_title("Top trials (solid) vs the most unstable completed trial (dashed)", fontsize=11)
+    axes[0].legend(fontsize=8, loc="best")
+    if target_kl is not None:
+        line = axes[1].axhline(
+            target_kl, color="tab:red", linewidth=0.8, linestyle=":", label=f"objective.target_kl {num(target_kl)}"
+        )
+        axes[1].legend(handles=[line], fontsize=8, loc="best")
+    axes[-1].set_xlabel("step")
+    return fig
+
+
+def terms_figure(top: Sequence[TrialInfo]):
+    """Per top trial: a late_reward bar and, next to it, the penalty terms stacked; a dot marks the objective."""
+    plt = _pyplot()
+    rows = [i for i in top if i.row.terms]
+    if not rows:
+        return None
+    names = sorted({k for i in rows for k in i.row.terms if k not in REWARD_TERMS})
+    names = [n for n in names if any(abs(i.row.terms.get(n, 0.0)) > 0 for i in rows)] or names
+    with plt.style.context("ggplot"):
+        fig, ax = plt.subplots(figsize=(max(7, 2.2 * len(rows) + 3), 4.8))
+    width = 0.36
+    for x, info in enumerate(rows):
+        reward = reward_term(info.row.terms)
+        ax.bar(x - width / 2, reward or 0.0, width, color="tab:green", label="late_reward" if x == 0 else None)
+        bottom = 0.0
+        for j, n in enumerate(names):
+            v = float(info.row.terms.get(n, 0.0))
+            ax.bar(
+                x + width / 2,
+                v,
+                width,
+                bottom=bottom,
+                color=PENALTY_COLORS[j % len(PENALTY_COLORS)],
+                label=n if x == 0 else None,
+            )
+            bottom += v
+        if info.row.value is not None:
+            ax.plot(
+                [x],
+                [info.row.value],
+                marker="D",
+                color="black",
+                linestyle="none",
+                label="objective" if x == 0 else None,
+            )
+    ax.set_xticks(range(len(rows)), [f"#{i.number} (rank {k + 1})" for k, i in enumerate(rows)])
+    ax.axhline(0, color="black", linewidth=0.6)
+    ax.set_ylabel("reward units")
+    ax.set_title("late_reward (left) vs stacked penalties (right) of the top trials", fontsize=11)
+    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    ax.grid(True, axis="y", alpha=0.3)
+    return fig

@@ -1,0 +1,212 @@
+"""Access to a sweep's study and its trials for the report and the ``trials`` command: resolve STUDY (a sweep
+dir or a study name + storage URL), find each trial's dirs, read what the trials wrote, rank them."""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Optional, Sequence
+
+import optuna
+from optuna.distributions import BaseDistribution, FloatDistribution, IntDistribution
+from optuna.trial import FrozenTrial
+
+from sweeprl import trial_record
+from sweeprl.analysis.objective import penalty_sum
+from sweeprl.study import TrialRow, make_storage
+
+log = logging.getLogger(__name__)
+
+
+class ReportError(ValueError):
+    """The study cannot be found or read (unknown name, missing or unreadable storage)."""
+
+
+@dataclass
+class StudyRef:
+    study: optuna.Study
+    storage_url: str
+    sweep_dir: Optional[str]  # where the trial dirs live (and the report goes), when known
+
+
+def sqlite_path(url: str) -> Optional[str]:
+    if not url.startswith("sqlite:///"):
+        return None
+    path = url[len("sqlite:///") :]
+    return None if path in ("", ":memory:") else path
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else ""
+
+
+def _open_storage(url: str) -> optuna.storages.BaseStorage:
+    path = sqlite_path(url)
+    if path is not None and not os.path.isfile(path):
+        # RDBStorage would silently create an empty database here
+        raise ReportError(f"storage {url!r}: no such file {path}")
+    if "://" not in url and not os.path.isfile(url):
+        raise ReportError(f"storage {url!r}: no such journal file")
+    try:
+        return make_storage(url)
+    except Exception as exc:  # noqa: BLE001 - any driver/URL/schema problem is one clear message
+        raise ReportError(f"storage {url!r} cannot be opened: {type(exc).__name__}: {_first_line(exc)}") from exc
+
+
+def _study_names(storage: optuna.storages.BaseStorage, url: str) -> List[str]:
+    try:
+        return [s.study_name for s in storage.get_all_studies()]
+    except Exception as exc:  # noqa: BLE001
+        raise ReportError(f"storage {url!r} cannot be read: {type(exc).__name__}: {_first_line(exc)}") from exc
+
+
+def open_study(
+    study_name: Optional[str] = None, storage: Optional[str] = None, sweep_dir: Optional[str] = None
+) -> StudyRef:
+    """Resolve STUDY: a sweep dir (its ``optuna.db``, or ``storage``; the study is the only one in the storage
+    or the one named like the dir) or a study name + storage URL. Raises :class:`ReportError`."""
+    if sweep_dir is not None:
+        d = Path(sweep_dir)
+        if not d.is_dir():
+            raise ReportError(
+                f"{sweep_dir}: not a directory (expected a sweep dir such as multirun/<study>/ or a study name with "
+                "--storage)"
+            )
+        db = d / "optuna.db"
+        if storage is None:
+            if not db.is_file():
+                raise ReportError(
+                    f"{sweep_dir}: no optuna.db in this directory (not a sweeprl sweep dir); pass --storage URL if "
+                    "the study lives elsewhere"
+                )
+            storage = f"sqlite:///{db.resolve()}"
+    if storage is None:
+        raise ReportError(
+            f"study {study_name!r}: a storage URL is required (--storage sqlite:///path/optuna.db) unless STUDY is a "
+            "sweep dir"
+        )
+    backend = _open_storage(storage)
+    names = _study_names(backend, storage)
+    if not names:
+        raise ReportError(f"storage {storage!r} holds no study")
+    if study_name is None:
+        dir_name = Path(sweep_dir).resolve().name if sweep_dir else None
+        if len(names) == 1:
+            study_name = names[0]
+        elif dir_name in names:
+            study_name = dir_name
+        else:
+            raise ReportError(
+                f"storage {storage!r} holds {len(names)} studies ({', '.join(sorted(names))}); none is named "
+                f"{dir_name!r}: pass the study name"
+            )
+    elif study_name not in names:
+        import difflib
+
+        close = difflib.get_close_matches(study_name, names, n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close else f"; studies there: {', '.join(sorted(names))}"
+        raise ReportError(f"no study named {study_name!r} in {storage}{hint}")
+    try:
+        study = optuna.load_study(study_name=study_name, storage=backend)
+    except Exception as exc:  # noqa: BLE001
+        raise ReportError(
+            f"study {study_name!r} in {storage!r} cannot be loaded: {type(exc).__name__}: {_first_line(exc)}"
+        ) from exc
+    if sweep_dir is None:
+        sweep_dir = _sweep_dir_from_trials(study) or (os.path.dirname(sqlite_path(storage) or "") or None)
+        if sweep_dir and not os.path.isdir(sweep_dir):
+            sweep_dir = None
+    return StudyRef(study=study, storage_url=storage, sweep_dir=str(sweep_dir) if sweep_dir else None)
+
+
+def _sweep_dir_from_trials(study: optuna.Study) -> Optional[str]:
+    for t in study.get_trials(deepcopy=False):
+        dirs = recorded_dirs(t)
+        if dirs:
+            return os.path.dirname(os.path.abspath(dirs[0]))
+    return None
+
+
+def recorded_dirs(t: FrozenTrial) -> List[str]:
+    value = t.user_attrs.get("trial_dir")
+    if not value:
+        return []
+    return [str(v) for v in value] if isinstance(value, (list, tuple)) else [str(value)]
+
+
+def trial_dirs(t: FrozenTrial, sweep_dir: Optional[str]) -> List[str]:
+    """The trial's existing dirs: the recorded ``trial_dir`` (one, or one per seed), else the same names under
+    ``sweep_dir`` (a moved or copied sweep dir), else ``<sweep_dir>/trial_<number>``."""
+    out = []
+    for d in recorded_dirs(t):
+        if os.path.isdir(d):
+            out.append(d)
+        elif sweep_dir and os.path.isdir(os.path.join(sweep_dir, os.path.basename(d.rstrip("/")))):
+            out.append(os.path.join(sweep_dir, os.path.basename(d.rstrip("/"))))
+    if not out and sweep_dir and trial_record.trial_dir(sweep_dir, t.number).is_dir():
+        out.append(str(trial_record.trial_dir(sweep_dir, t.number)))
+    return out
+
+
+@dataclass
+class TrialInfo:
+    row: TrialRow
+    trial: FrozenTrial
+    dirs: List[str]
+
+    @property
+    def number(self) -> int:
+        return self.row.number
+
+    @property
+    def complete(self) -> bool:
+        return self.row.state == "COMPLETE" and bool(self.row.values)
+
+
+def read_diagnosis(info: TrialInfo) -> Optional[Dict[str, Any]]:
+    return trial_record.first_diagnosis(info.dirs)
+
+
+def read_resolved_config(info: TrialInfo) -> Dict[str, Any]:
+    for d in info.dirs:
+        cfg = trial_record.read_resolved_config(d)
+        if cfg is not None:
+            return cfg
+    return {}
+
+
+def distributions_of(study: optuna.Study) -> Dict[str, BaseDistribution]:
+    """Every param's distribution (the first trial that has it wins)."""
+    out: Dict[str, BaseDistribution] = {}
+    for t in study.get_trials(deepcopy=False):
+        for k, dist in t.distributions.items():
+            out.setdefault(k, dist)
+    return out
+
+
+def is_log_param(study: optuna.Study, param: str) -> bool:
+    """Whether ``param`` was sampled on a log scale (``trial.distributions[param].log``): slice plots use a log
+    x-axis for it and the next sweep keeps the log tag."""
+    dist = distributions_of(study).get(param)
+    return bool(isinstance(dist, (FloatDistribution, IntDistribution)) and dist.log)
+
+
+def top_trials(infos: Sequence[TrialInfo], study: optuna.Study, k: int) -> List[TrialInfo]:
+    """The k best completed trials: by the (first) objective; for two objectives, the Pareto front first."""
+    done = [i for i in infos if i.complete]
+    if len(study.directions) > 1:
+        front = {t.number for t in study.best_trials}
+        done = [i for i in done if i.number in front] + [i for i in done if i.number not in front]
+    return done[: max(0, k)]
+
+
+def worst_unstable(infos: Sequence[TrialInfo], exclude: Iterable[int]) -> Optional[TrialInfo]:
+    """The completed trial with the highest sum of penalty terms (> 0), outside ``exclude``."""
+    skip = set(exclude)
+    cands = [i for i in infos if i.complete and i.number not in skip and penalty_sum(i.row.terms) > 0]
+    if not cands:
+        return None
+    return max(cands, key=lambda i: (penalty_sum(i.row.terms), -i.number))
