@@ -1,4 +1,5 @@
-"""Every finding id on hand-made histories, positive and negative; sources, aliases, CLI and next_sweep."""
+"""Every finding id on hand-made histories, positive and negative; short histories; conflicting advice; advice
+that is valid and effective on real configs; sources, aliases, the CLI (with the objective) and next_sweep."""
 
 from __future__ import annotations
 
@@ -9,23 +10,29 @@ import subprocess
 import numpy as np
 import pytest
 
-from conftest import PYTHON
-from sweeprl.analysis.diagnosis import FINDING_IDS, Thresholds, diagnose, to_markdown
-from sweeprl.analysis.history import RunHistory, load
+from conftest import PYTHON, compose_cfg
+from sweeprl.analysis.advice import PARAMS
+from sweeprl.analysis.diagnosis import FINDING_IDS, Thresholds, diagnose, sweep_level, to_markdown
+from sweeprl.analysis.history import RunHistory, config_values, load
 
 N = 60
 T = np.arange(N, dtype=float)
 CONFIG = {
     "learning_rate": 1e-3,
     "kl_coef": 0.05,
-    "temperature": 1.0,
+    "temperature": 0.9,
     "num_generations": 4,
     "max_grad_norm": 1.0,
     "max_completion_length": 64,
     "cliprange": 0.2,
+    "cliprange_value": 0.2,
     "vf_coef": 0.1,
     "warmup_steps": 0,
 }
+
+
+def records(cols, n=N):
+    return [{"step": float(i + 1), **{k: float(v[i]) for k, v in cols.items() if v is not None}} for i in range(n)]
 
 
 def healthy(**over):
@@ -45,8 +52,7 @@ def healthy(**over):
         "reward_best_of_n": 0.3 + 0.6 * (1 - np.exp(-T / 15)),
     }
     cols.update(over)
-    records = [{"step": float(i + 1), **{k: float(v[i]) for k, v in cols.items() if v is not None}} for i in range(N)]
-    return RunHistory(source="synthetic", records=records, config=dict(CONFIG), algo="grpo")
+    return RunHistory(source="synthetic", records=records(cols), config=dict(CONFIG), algo="grpo")
 
 
 def ppo(**over):
@@ -59,11 +65,11 @@ def ppo(**over):
         "loss/value_avg": 0.5 + g.normal(0, 0.02, N),
         "policy/approxkl_avg": np.full(N, 0.01),
         "policy/clipfrac_avg": np.full(N, 0.05),
+        "val/explained_var": 0.3 + 0.3 * T / N,
+        "grad_norm": 1.0 + g.normal(0, 0.05, N),
     }
     cols.update(over)
-    records = [{"step": float(i + 1), **{k: float(v[i]) for k, v in cols.items()}} for i in range(N)]
-    cfg = dict(CONFIG, kl_coef=0.2)
-    return RunHistory(source="synthetic-ppo", records=records, config=cfg, algo="ppo")
+    return RunHistory(source="synthetic-ppo", records=records(cols), config=dict(CONFIG, kl_coef=0.2), algo="ppo")
 
 
 def spiked(x, at, value):
@@ -72,24 +78,36 @@ def spiked(x, at, value):
     return y
 
 
+def peak_then_collapse():
+    g = np.random.default_rng(7)
+    r = np.where(T < 25, 0.05 + 0.75 * T / 25, np.maximum(0.05, 0.8 - 0.04 * (T - 25))) + g.normal(0, 0.03, N)
+    return healthy(reward=r)
+
+
 CASES = {
+    "non_finite": lambda: healthy(loss=spiked(0.02 * np.sin(T), 30, np.nan)),
     "loss_spike": lambda: healthy(loss=spiked(0.02 * np.sin(T), 40, 3.0)),
     "loss_oscillation": lambda: ppo(**{"loss/value_avg": 1.0 + 0.8 * np.where(T % 2 == 0, 1, -1)}),
+    "grad_norm_spike": lambda: healthy(grad_norm=np.where(T % 15 == 14, 20.0, 0.5)),
+    "value_loss_spike": lambda: ppo(**{"loss/value_avg": spiked(0.5 + 0.01 * np.sin(T), 45, 50.0)}),
+    "explained_variance_negative": lambda: ppo(**{"val/explained_var": 0.2 - 0.8 * T / N}),
+    "reward_collapse": peak_then_collapse,
+    "reward_flat": lambda: healthy(reward=0.3 + np.random.default_rng(3).normal(0, 0.005, N)),
     "reward_below_target": lambda: healthy(),  # with target_reward=0.95
-    "reward_flat": lambda: healthy(
-        reward=0.3 + np.random.default_rng(3).normal(0, 0.005, N), entropy=4.0 - 1.0 * T / N
-    ),
     "reward_variance_rising": lambda: healthy(
-        reward=0.5 + np.random.default_rng(5).normal(0, 0.01, N), reward_std=0.05 + 0.2 * T / N
+        reward=0.5 + 0.1 * T / N + np.random.default_rng(5).normal(0, 0.01, N), reward_std=0.05 + 0.2 * T / N
     ),
-    "reward_cv_high": lambda: healthy(reward=0.3 + 0.3 * np.where(T % 2 == 0, 1, -1)),
+    "reward_cv_high": lambda: healthy(reward=0.3 + 0.3 * np.where(T % 2 == 0, 1, -1), reward_std=None),
+    "reward_variance_died": lambda: healthy(reward_std=0.3 * np.exp(-T / 8)),
     "best_of_n_gap": lambda: healthy(reward_best_of_n=0.6 + 0.6 * (1 - np.exp(-T / 15))),
-    "mode_collapse": lambda: healthy(frac_reward_zero_std=np.minimum(1, T / 20)),
+    "mode_collapse": lambda: healthy(
+        reward=0.3 + np.random.default_rng(9).normal(0, 0.01, N), frac_reward_zero_std=np.minimum(1, T / 20)
+    ),
     "entropy_collapse": lambda: healthy(entropy=4.0 * np.exp(-T / 8)),
+    "entropy_rising": lambda: healthy(entropy=2.0 + 4.0 * T / N),
     "entropy_unstable": lambda: healthy(entropy=4.0 + 1.5 * np.where(T % 2 == 0, 1, -1)),
     "kl_negative": lambda: healthy(kl=-0.05 + 0.02 * np.sin(T)),
     "kl_above_target": lambda: healthy(kl=0.05 + 1.0 * T / N),
-    "value_loss_spike": lambda: ppo(**{"loss/value_avg": spiked(0.5 + 0.01 * np.sin(T), 45, 50.0)}),
     "clip_fraction_high": lambda: ppo(**{"policy/clipfrac_avg": np.full(N, 0.4)}),
     "updates_too_small": lambda: ppo(
         **{
@@ -100,7 +118,7 @@ CASES = {
     ),
     "length_hacking": lambda: healthy(**{"completions/mean_length": 40 + 100 * (1 - np.exp(-T / 15))}),
     "truncation_high": lambda: healthy(**{"completions/clipped_ratio": np.full(N, 0.6)}),
-    "non_finite": lambda: healthy(loss=spiked(0.02 * np.sin(T), 30, np.nan)),
+    "short_history": lambda: RunHistory("short", records({"reward": [0.1, 0.2, 0.3, 0.35, 0.4, 0.42]}, n=6)),
 }
 
 
@@ -123,66 +141,174 @@ def test_finding_positive(fid):
     assert fid in d.ids(), d.ids()
     f = next(f for f in d.findings if f.id == fid)
     assert f.severity in ("critical", "warning", "info")
+    assert 0.5 <= f.confidence <= 0.99
     assert any(ch.isdigit() for ch in f.evidence), "evidence must carry numbers"
     assert f.cause and f.recommendation["text"]
     for c in f.recommendation["changes"]:
-        assert c["param"] in (
-            "learning_rate",
-            "kl_coef",
-            "temperature",
-            "num_generations",
-            "max_grad_norm",
-            "warmup_steps",
-            "max_completion_length",
-            "cliprange",
-            "vf_coef",
-            "reward_threshold",
-        )
-        assert c["direction"] in ("increase", "decrease")
+        assert c["param"] in PARAMS and c["direction"] in ("increase", "decrease", "set")
 
 
 @pytest.mark.parametrize("fid", FINDING_IDS)
 def test_finding_negative(fid):
     """The healthy runs (GRPO and PPO style) never raise it, even with the finding's thresholds."""
-    th = th_for(fid)
-    if fid == "reward_below_target":
-        th = Thresholds(target_reward=0.5)
+    th = Thresholds(target_reward=0.5) if fid == "reward_below_target" else th_for(fid)
     assert fid not in diagnose(healthy(), th).ids()
     assert fid not in diagnose(ppo(), th).ids()
 
 
-def test_overrides_use_current_values_and_the_right_keys():
-    d = diagnose(CASES["kl_above_target"]())
-    f = next(f for f in d.findings if f.id == "kl_above_target")
-    overrides = {c["param"]: c["override"] for c in f.recommendation["changes"]}
-    assert overrides == {"kl_coef": "algo.beta=0.1", "learning_rate": "algo.learning_rate=0.0005"}
-    d = diagnose(CASES["value_loss_spike"]())
-    f = next(f for f in d.findings if f.id == "value_loss_spike")
-    assert {c["override"] for c in f.recommendation["changes"]} == {"algo.vf_coef=0.05", "algo.cliprange=0.1"}
+def changes(d, fid):
+    return {c["param"]: c for c in next(f for f in d.findings if f.id == fid).recommendation["changes"]}
 
 
-def test_next_sweep_shifts_the_source_ranges():
-    run = CASES["kl_above_target"]()
-    run.sweep_params = {"algo.learning_rate": "tag(log, interval(1e-4, 1e-2))", "algo.beta": "interval(0.0, 0.2)"}
-    nxt = diagnose(run).next_sweep["params"]
-    assert nxt["algo.learning_rate"] == "tag(log, interval(0.00025, 0.001))"  # centred on 5e-4
-    assert nxt["algo.beta"] == "tag(log, interval(0.05, 0.2))"  # centred on 0.1
-    from hydra_plugins.sweeprl_sweeper.search_space import parse_search_space
+def test_overrides_use_current_values_and_the_effective_keys():
+    ch = changes(diagnose(CASES["kl_above_target"]()), "kl_above_target")
+    assert {p: c["override"] for p, c in ch.items()} == {
+        "kl_coef": "algo.beta=0.1",
+        "learning_rate": "algo.learning_rate=0.0005",
+    }
+    ch = changes(diagnose(CASES["value_loss_spike"]()), "value_loss_spike")
+    assert {c["override"] for c in ch.values()} == {"algo.vf_coef=0.05", "algo.cliprange_value=0.1"}
+    # PPO without its resolved config: the KL coefficient is init_kl_coef; GRPO has no value head
+    ch = changes(diagnose(ppo(**{"objective/kl": 0.05 + 10 * T / N})), "kl_above_target")
+    assert ch["kl_coef"]["override"] == "algo.init_kl_coef=0.4"
+    assert "vf_coef" not in changes(diagnose(CASES["loss_spike"]()), "loss_spike")
 
-    space, _ = parse_search_space(nxt, [])  # valid override grammar
-    assert space.distributions["algo.learning_rate"].log
+
+def test_peak_then_collapse_is_a_collapse_not_a_flat_run():
+    d = diagnose(peak_then_collapse())
+    assert "reward_collapse" in d.ids() and "reward_flat" not in d.ids()
+    f = next(f for f in d.findings if f.id == "reward_collapse")
+    assert f.severity == "critical" and 20 <= f.onset <= 32
+    ch = changes(d, "reward_collapse")
+    assert ch["learning_rate"]["direction"] == "decrease" and ch["kl_coef"]["direction"] == "increase"
+    assert all(c["direction"] != "increase" for c in d.changes() if c["param"] == "learning_rate")
+
+
+def test_one_direction_per_parameter():
+    """A flat run with loss spikes: reward_flat says raise the learning rate, loss_spike says lower it."""
+    run = healthy(reward=0.3 + np.random.default_rng(3).normal(0, 0.005, N), loss=spiked(0.02 * np.sin(T), 40, 3.0))
+    d = diagnose(run)
+    assert {"reward_flat", "loss_spike"} <= set(d.ids())
+    for param in PARAMS:
+        directions = {c["direction"] for f in d.findings for c in f.recommendation["changes"] if c["param"] == param}
+        assert len(directions) <= 1, (param, directions)
+    assert d.resolved_conflicts and "learning_rate" in d.resolved_conflicts[0]
+
+
+def test_short_epoch_table_gets_the_loss_spikes_and_is_told_to_lower_the_learning_rate():
+    """7 epochs: the loss jumps +80 % between two epochs and +34 % later; the reward sits at 0.24, target 0.7."""
+    loss = [0.92, 0.88, 0.85, 1.53, 1.40, 1.88, 1.80]
+    reward = [0.20, 0.22, 0.25, 0.23, 0.24, 0.24, 0.25]
+    run = RunHistory(
+        "epochs.csv",
+        [{"epoch": i + 1, "step": i + 1, "loss": lo, "reward": r} for i, (lo, r) in enumerate(zip(loss, reward))],
+    )
+    d = diagnose(run, Thresholds(target_reward=0.7))
+    assert {"loss_spike", "reward_below_target", "short_history"} <= set(d.ids())
+    spike = next(f for f in d.findings if f.id == "loss_spike")
+    assert spike.steps == [4, 6] and "+80%" in spike.evidence and "+34%" in spike.evidence
+    lr = {c["direction"] for c in d.changes() if c["param"] == "learning_rate"}
+    assert lr == {"decrease"}
+    assert d.summary["windows"][0]["window"] == "epoch 1"  # one summary row per epoch
+
+
+def test_six_grpo_log_lines_get_mode_collapse_and_reward_cv():
+    rows = [
+        {"step": 10 * (i + 1), "reward": r, "reward_std": 0.7 * r, "frac_reward_zero_std": z, "kl": 0.01}
+        for i, (r, z) in enumerate(zip([0.30, 0.32, 0.31, 0.33, 0.30, 0.32], [0.25, 0.3, 0.4, 0.45, 0.5, 0.5]))
+    ]
+    d = diagnose(RunHistory("six.jsonl", rows))
+    assert {"mode_collapse", "reward_cv_high", "short_history"} <= set(d.ids())
+    assert d.summary["algo"] == "grpo"  # inferred from TRL's metric names
+
+
+def test_saturated_groups_are_not_called_a_collapse():
+    run = healthy(frac_reward_zero_std=np.minimum(0.9, T / 20), reward_std=0.3 * np.exp(-T / 8))
+    d = diagnose(run)
+    f = next(f for f in d.findings if f.id == "mode_collapse")
+    assert f.severity == "info" and "saturation" in f.cause and not f.recommendation["changes"]
+    assert next(f for f in d.findings if f.id == "reward_variance_died").severity == "info"
 
 
 def test_pg_loss_oscillation_is_not_a_spike_or_oscillation():
     run = healthy(loss=0.3 * np.where(T % 2 == 0, 1, -1))  # large but centred on zero
     assert {"loss_spike", "loss_oscillation"}.isdisjoint(diagnose(run).ids())
     run = healthy(loss=0.05 + 0.3 * np.where(T % 2 == 0, 1, -1))  # GRPO with a KL term: off zero, still normal
-    assert "loss_oscillation" not in diagnose(run).ids()
+    assert {"loss_spike", "loss_oscillation"}.isdisjoint(diagnose(run).ids())
+    run = healthy(loss=np.where(T % 7 == 0, -0.036, 0.001))  # near-zero loss with a repeated excursion
+    assert "loss_spike" not in diagnose(run).ids()
 
 
 def test_variance_growing_with_the_reward_is_not_flagged():
     run = healthy(reward=0.02 + 0.6 * T / N, reward_std=0.03 + 0.1 * T / N)
     assert "reward_variance_rising" not in diagnose(run).ids()
+
+
+def test_sweep_level_findings_are_those_on_most_trials():
+    by_trial = {0: ["truncation_high", "reward_flat"], 1: ["truncation_high"], 2: ["truncation_high"], 3: []}
+    assert sweep_level(by_trial) == {"truncation_high"}
+    assert sweep_level({0: ["x"], 1: ["x"]}) == set()  # two trials are not a sweep-wide pattern
+
+
+# ------------------------------------------------------------------------------------------ advice on real configs
+def resolved(overrides):
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(compose_cfg(overrides), resolve=True)
+
+
+def effective(cfg_dict):
+    """What the trainer gets: TRL's config kwargs (GRPO), or PPO's learning rate and initial KL coefficient."""
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.create(cfg_dict)
+    if cfg.algo.name == "ppo":
+        from dataclasses import asdict
+
+        from sweeprl.config.ppo import as_ppo_config
+
+        algo = asdict(as_ppo_config(cfg.algo))
+        algo["kl"] = algo.pop("beta") if algo["beta"] is not None else algo["init_kl_coef"]  # what PPO starts from
+        algo.pop("init_kl_coef")
+        return {**algo, "generation": dict(cfg.generation)}
+    from sweeprl.models.loading import DeviceSettings
+    from sweeprl.training.trl_trainers import trainer_kwargs
+
+    device = DeviceSettings(use_cpu=True, bf16=False, description="cpu")
+    return trainer_kwargs(cfg, "/tmp/x", device, {}, [1.0])
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["experiment=quickstart"],
+        ["experiment=quickstart", "algo.beta=0.05", "algo.num_generations=8"],
+        ["experiment=length_ppo", "model=tiny"],
+        [
+            "experiment=length_ppo",
+            "model=tiny",
+            "algo.beta=0.3",
+        ],  # sweep=lr_kl sets algo.beta: it replaces init_kl_coef
+    ],
+)
+@pytest.mark.parametrize("fid", FINDING_IDS)
+def test_every_override_is_valid_and_changes_what_the_trainer_gets(overrides, fid):
+    from omegaconf import OmegaConf
+
+    from sweeprl.config import validate
+
+    cfg = resolved(overrides)
+    run = CASES[fid]()
+    run.config, run.algo = config_values(cfg)
+    run.resolved = cfg
+    d = diagnose(run, th_for(fid))
+    before = effective(cfg)
+    for c in d.changes():
+        if not c.get("override"):
+            continue
+        new = OmegaConf.merge(OmegaConf.create(cfg), OmegaConf.from_dotlist(c["override"].split()))
+        validate(new)  # valid
+        assert effective(OmegaConf.to_container(new)) != before, c["override"]  # effective
 
 
 # ------------------------------------------------------------------------------------------ sources
@@ -209,62 +335,96 @@ def write_sources(tmp_path):
         w = csv.DictWriter(fh, fieldnames=list(aliased[0]))
         w.writeheader()
         w.writerows(aliased)
+    trial = tmp_path / "trial_0"
+    trial.mkdir()
+    (trial / "metrics.jsonl").write_text((tmp_path / "m.jsonl").read_text())
+    import yaml
+
+    (trial / "resolved_config.yaml").write_text(yaml.safe_dump(resolved(["experiment=quickstart"])))
     return recs
 
 
 def test_sources_and_aliases(tmp_path):
     recs = write_sources(tmp_path)
-    for name in ("m.jsonl", "trainer_state.json", "m.csv"):
+    for name in ("m.jsonl", "trainer_state.json", "m.csv", "trial_0"):
         run = load(str(tmp_path / name))
         assert len(run.records) == N, name
         assert run.records[5]["reward"] == pytest.approx(recs[5]["reward"])
-        assert "kl_above_target" in diagnose(run).ids(), name
+        # the trial's own objective.target_kl (2.5 in the quickstart) replaces the default per-token 0.1
+        assert ("kl_above_target" in diagnose(run).ids()) == (name != "trial_0"), name
     csv_run = load(str(tmp_path / "m.csv"))
     assert csv_run.records[5]["reward_std"] == pytest.approx(recs[5]["reward_std"])  # variance -> std
     assert csv_run.records[5]["grad_norm"] == pytest.approx(recs[5]["grad_norm"])
     assert csv_run.records[5]["learning_rate"] == 1e-3 and "frac_reward_zero_std" in csv_run.records[5]
+    trial = load(str(tmp_path / "trial_0"))
+    assert trial.algo == "grpo" and trial.resolved["name"] == "quickstart" and trial.target_kl == 2.5
 
 
-def test_cli_markdown_and_json(tmp_path):
+def run_cli(*args):
+    return subprocess.run([PYTHON, "-m", "sweeprl", "diagnose", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_cli_markdown_and_json_with_the_objective(tmp_path):
     write_sources(tmp_path)
-    md = subprocess.run(
-        [PYTHON, "-m", "sweeprl", "diagnose", str(tmp_path / "m.jsonl")], capture_output=True, text=True, timeout=120
-    )
+    md = run_cli(str(tmp_path / "m.jsonl"))
     assert md.returncode == 0, md.stderr
-    assert "## Findings" in md.stdout and "kl_above_target" in md.stdout
-    js = subprocess.run(
-        [
-            PYTHON,
-            "-m",
-            "sweeprl",
-            "diagnose",
-            str(tmp_path / "m.jsonl"),
-            "--format",
-            "json",
-            "--target-kl",
-            "5",
-            "--target-reward",
-            "0.99",
-            "--out",
-            str(tmp_path / "out"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
+    assert (
+        "## Findings" in md.stdout and "kl_above_target" in md.stdout and "Objective (stability_adjusted)" in md.stdout
+    )
+    js = run_cli(
+        str(tmp_path / "m.jsonl"),
+        "--format",
+        "json",
+        "--target-kl",
+        "5",
+        "--target-reward",
+        "0.99",
+        "--out",
+        str(tmp_path / "out"),
     )
     data = json.loads(js.stdout)
-    assert set(data) >= {"summary", "findings", "next_sweep"}
+    assert set(data) >= {"summary", "findings", "next_sweep", "objective"}
     ids = [f["id"] for f in data["findings"]]
     assert "kl_above_target" not in ids and "reward_below_target" in ids  # thresholds from the command line
+    assert data["objective"]["target_kl"] == 5.0 and data["objective"]["terms"]["kl_excess"] == 0.0  # --target-kl too
     for f in data["findings"]:
-        assert set(f) == {"id", "severity", "evidence", "steps", "cause", "recommendation"}
+        assert set(f) == {"id", "severity", "confidence", "onset", "evidence", "steps", "cause", "recommendation"}
     assert (tmp_path / "out" / "diagnosis.json").is_file() and (tmp_path / "out" / "diagnosis.md").is_file()
-    bad = subprocess.run(
-        [PYTHON, "-m", "sweeprl", "diagnose", str(tmp_path / "nope")], capture_output=True, text=True, timeout=120
-    )
+    for source in ("trainer_state.json", "m.csv", "trial_0"):  # every source gets the objective
+        data = json.loads(run_cli(str(tmp_path / source), "--format", "json").stdout)
+        assert set(data["objective"]) == {"value", "terms", "target_kl"}, source
+        assert data["objective"]["terms"]["late_reward"] == pytest.approx(
+            data["summary"]["windows"][-1]["reward"], abs=0.05
+        )
+    bad = run_cli(str(tmp_path / "nope"))
     assert bad.returncode == 2 and "not a trial directory" in bad.stderr
 
 
-def test_markdown_rendering_lists_overrides():
+def test_markdown_rendering_lists_overrides_and_confidence():
     md = to_markdown(diagnose(CASES["entropy_collapse"]()))
-    assert "entropy_collapse" in md and "generation.temperature=1.15" in md and "| window |" in md
+    assert "entropy_collapse" in md and "algo.learning_rate=0.0005" in md and "| window |" in md
+    assert "confidence 0." in md and "from step" in md
+
+
+def test_next_sweep_shifts_the_source_ranges():
+    run = CASES["kl_above_target"]()
+    run.sweep_params = {"algo.learning_rate": "tag(log, interval(1e-4, 1e-2))", "algo.beta": "interval(0.0, 0.2)"}
+    nxt = diagnose(run).next_sweep["params"]
+    assert nxt["algo.learning_rate"] == "tag(log, interval(0.00025, 0.001))"  # centred on 5e-4
+    assert nxt["algo.beta"] == "interval(0.08, 0.125)"  # centred on 0.1, linear like the searched range
+    from hydra_plugins.sweeprl_sweeper.search_space import parse_search_space
+
+    space, _ = parse_search_space(nxt, [])  # valid override grammar
+    assert space.distributions["algo.learning_rate"].log
+
+
+def test_next_sweep_group_sizes_divide_the_batch():
+    cfg = resolved(["experiment=quickstart", "algo.num_generations=8"])  # batch 8: no larger group divides it
+    run = CASES["reward_cv_high"]()
+    run.config, run.algo = config_values(cfg)
+    run.resolved = cfg
+    d = diagnose(run)
+    ch = changes(d, "reward_cv_high")["num_generations"]
+    assert ch["override"] == "algo.num_generations=16 algo.per_device_train_batch_size=16"
+    run.sweep_params = {"algo.num_generations": "choice(2, 4, 8)"}
+    assert diagnose(run).next_sweep["params"]["algo.num_generations"].startswith("choice(")

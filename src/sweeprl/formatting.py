@@ -1,4 +1,5 @@
-"""How sweeprl writes numbers for people (tables, reports, findings) and for Hydra (override values)."""
+"""How sweeprl writes numbers for people (tables, reports, findings). Override text for Hydra is written by
+:mod:`hydra_plugins.sweeprl_sweeper.search_space` (``format_value``, ``format_number``, ``format_distribution``)."""
 
 from __future__ import annotations
 
@@ -16,11 +17,3 @@ def num(v: Any, digits: int = 3) -> str:
     if isinstance(v, int) or not math.isfinite(v):
         return str(v)
     return f"{v:.{digits}g}"
-
-
-def override_float(v: float, digits: int = 3) -> str:
-    """A float as Hydra override text that Hydra parses as a float (never ``1`` for 1.0)."""
-    s = f"{v:.{digits}g}"
-    if not any(c in s for c in ".eEn"):
-        s += ".0"
-    return s

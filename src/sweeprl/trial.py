@@ -99,6 +99,7 @@ def write_diagnosis(history: List[Dict[str, float]], resolved: Dict[str, Any], o
     from sweeprl.analysis.history import RunHistory, config_values, normalise
 
     config, algo = config_values(resolved)
+    target_kl = (resolved.get("objective") or {}).get("target_kl")
     run = RunHistory(
         source=str(out),
         records=[normalise(r, i) for i, r in enumerate(history)],
@@ -106,7 +107,8 @@ def write_diagnosis(history: List[Dict[str, float]], resolved: Dict[str, Any], o
         algo=algo,
         sweep_params=dict(sweep_params),
         trial_dir=str(out),
-        target_kl=resolved["objective"]["target_kl"],
+        target_kl=float(target_kl) if target_kl is not None else None,
+        resolved=resolved,
     )
     d = diagnose(run)
     trial_record.write_diagnosis(out, to_markdown(d), d.as_dict())

@@ -128,3 +128,27 @@ def format_value(value: Any) -> str:
     if isinstance(value, str):
         return value
     return str(value)
+
+
+def format_number(value: float, digits: int = 3) -> str:
+    """A float as override text with ``digits`` significant digits that Hydra still parses as a float."""
+    text = f"{value:.{digits}g}"
+    return text if any(c in text for c in ".eEn") else text + ".0"
+
+
+def format_distribution(dist: BaseDistribution) -> str:
+    """An Optuna distribution as Hydra override grammar (the inverse of :func:`distribution_of`)."""
+    if isinstance(dist, CategoricalDistribution):
+        return "choice(" + ", ".join(format_value(c) for c in dist.choices) + ")"
+    if isinstance(dist, IntDistribution):
+        if dist.step and dist.step > 1:
+            return f"range({dist.low}, {dist.high + dist.step}, {dist.step})"
+        body = f"int(interval({dist.low}, {dist.high}))"
+        return f"tag(log, {body})" if dist.log else body
+    if isinstance(dist, FloatDistribution):
+        if dist.step is not None:
+            lo, hi, step = (format_number(v) for v in (dist.low, dist.high + dist.step, dist.step))
+            return f"range({lo}, {hi}, {step})"
+        body = f"interval({format_number(dist.low)}, {format_number(dist.high)})"
+        return f"tag(log, {body})" if dist.log else body
+    raise SearchSpaceError(f"cannot write {type(dist).__name__} as a search-space override")

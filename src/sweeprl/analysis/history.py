@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from sweeprl import trial_record
+from sweeprl.analysis.advice import PATHS, config_path, select
 
 ALIASES = {
     "avg_reward": "reward",
@@ -37,31 +38,29 @@ ALIASES = {
     "best_of_n": "reward_best_of_n",
 }
 RUN_ID = re.compile(r"^(runs:/)?([0-9a-f]{32})/?$")
-#: config values that findings turn into concrete overrides, and where they live in sweeprl's config
-CONFIG_KEYS = {
-    "learning_rate": "algo.learning_rate",
-    "kl_coef": "algo.beta",
-    "temperature": "generation.temperature",
-    "num_generations": "algo.num_generations",
-    "max_grad_norm": "algo.max_grad_norm",
-    "warmup_steps": "algo.warmup_steps",
-    "max_completion_length": "generation.max_completion_length",
-    "cliprange": "algo.cliprange",
-    "vf_coef": "algo.vf_coef",
-    "reward_threshold": "reward.funcs.0.kwargs.reward_threshold",
-}
-PPO_OVERRIDES = {"kl_coef": "algo.init_kl_coef"}
 
 
 @dataclass
 class RunHistory:
     source: str
     records: List[Dict[str, float]]
-    config: Dict[str, Any] = field(default_factory=dict)  # param name (CONFIG_KEYS) -> value
+    config: Dict[str, Any] = field(default_factory=dict)  # param name (sweeprl.analysis.advice.PATHS) -> value
     algo: Optional[str] = None
     sweep_params: Dict[str, str] = field(default_factory=dict)  # the search space the run came from
     trial_dir: Optional[str] = None
     target_kl: Optional[float] = None  # the run's objective.target_kl, when known
+    resolved: Optional[Dict[str, Any]] = None  # the run's whole resolved sweeprl config, when known
+
+
+def infer_algo(records: List[Dict[str, float]]) -> Optional[str]:
+    """The algorithm a history without config comes from, by its metric names: PPO's classic names, else
+    TRL's GRPO/RLOO names, else unknown."""
+    names = {k for r in records[:50] for k in r}
+    if names & {"objective/kl", "objective/scores", "loss/value_avg", "policy/approxkl_avg"}:
+        return "ppo"
+    if names & {"frac_reward_zero_std", "kl", "completions/mean_length", "clip_ratio/region_mean"}:
+        return "grpo"
+    return None
 
 
 def normalise(record: Dict[str, Any], index: int) -> Dict[str, float]:
@@ -104,23 +103,14 @@ def from_trainer_state(path: Path) -> List[Dict[str, float]]:
 
 
 def config_values(resolved: Dict[str, Any]) -> tuple[Dict[str, Any], Optional[str]]:
-    """Pick the diagnosis-relevant values out of a resolved sweeprl config."""
+    """The diagnosis-relevant values of a resolved sweeprl config (by param name) and its algorithm."""
     algo = (resolved.get("algo") or {}).get("name")
     out: Dict[str, Any] = {}
-    for name, path in CONFIG_KEYS.items():
-        if algo == "ppo" and name in PPO_OVERRIDES:
-            path = PPO_OVERRIDES[name]
-        node: Any = resolved
-        for part in path.split("."):
-            if isinstance(node, list) and part.isdigit() and int(part) < len(node):
-                node = node[int(part)]
-            elif isinstance(node, dict) and part in node:
-                node = node[part]
-            else:
-                node = None
-                break
-        if node is not None and not isinstance(node, (dict, list)):
-            out[name] = node
+    for name in PATHS:
+        path = config_path(name, algo, resolved)
+        value = select(resolved, path) if path else None
+        if value is not None:
+            out[name] = value
     return out, algo
 
 
@@ -135,6 +125,7 @@ def _trial_dir(path: Path) -> RunHistory:
     resolved = trial_record.read_resolved_config(path)
     if resolved is not None:
         run.config, run.algo = config_values(resolved)
+        run.resolved = resolved
         run.target_kl = (resolved.get("objective") or {}).get("target_kl")
     hydra_file = path / ".hydra" / "hydra.yaml"
     if hydra_file.is_file():
@@ -169,15 +160,30 @@ def _mlflow_run(run_id: str, tracking_uri: Optional[str]) -> RunHistory:
                 break
         else:
             node[parts[-1]] = _parse_scalar(value)
-    config, algo = config_values(resolved)
-    target_kl = (resolved.get("objective") or {}).get("target_kl")
+    whole = _resolved_artifact(client, run_id)  # the trial's resolved_config.yaml, when it was logged
+    config, algo = config_values(whole or resolved)
+    target_kl = ((whole or resolved).get("objective") or {}).get("target_kl")
     return RunHistory(
         source=f"runs:/{run_id}",
         records=_records(rows),
         config=config,
         algo=algo,
         target_kl=float(target_kl) if target_kl is not None else None,
+        resolved=whole,
     )
+
+
+def _resolved_artifact(client: Any, run_id: str) -> Optional[Dict[str, Any]]:
+    """The run's ``resolved_config.yaml`` artifact (params flatten lists into strings, so they cannot stand in
+    for the config when an override is validated), or None."""
+    import tempfile
+
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            local = client.download_artifacts(run_id, trial_record.RESOLVED_CONFIG, tmp)
+            return trial_record.read_resolved_config(Path(local).parent)
+    except Exception:  # noqa: BLE001 - no such artifact (tracking.log_config_artifact=false) or store unreachable
+        return None
 
 
 def _parse_scalar(value: str) -> Any:

@@ -163,13 +163,20 @@ class DataConfig:
 # ----------------------------------------------------------------------------------------- objective
 @dataclass
 class ObjectiveWeights:
-    dispersion: float = f(1.0, "Weight of the late-window dispersion (IQR of step-to-step reward changes).")
-    drawdown: float = f(1.0, "Weight of the worst drawdowns of the smoothed reward from its running best.")
-    short_term_risk: float = f(0.5, "Weight of the worst single-step reward drops (CVaR 5 %).")
-    kl_excess: float = f(1.0, "Weight of the mean KL in excess of target_kl.")
-    entropy_collapse: float = f(0.5, "Weight of the entropy drop beyond entropy_drop_free.")
-    mode_collapse: float = f(0.5, "Weight of the mean frac_reward_zero_std beyond zero_std_free.")
-    non_finite: float = f(10.0, "Penalty per unit fraction of logged steps with a non-finite metric.")
+    """Weights of the stability-adjusted objective's penalties (sweeprl.analysis.objective). The first three are
+    in reward units; the others multiply a severity (0 = none) by the run's reward scale."""
+
+    dispersion: float = f(1.0, "Per-step reward noise, taxed by its share of noise + learning.")
+    short_term_risk: float = f(1.0, "Worst 5 % single-step drops, taxed by their share of drops + learning.")
+    drawdown: float = f(0.7, "Largest fall of the reward's block means below their running best (beyond noise).")
+    kl_excess: float = f(0.5, "log(1 + huber(KL/target_kl − 1)) averaged over steps (0 at or below the target).")
+    kl_negative: float = f(0.5, "Mean negative KL estimate, in target multiples (PPO's k1 estimator).")
+    entropy_collapse: float = f(0.25, "Entropy drop beyond entropy_drop_free (1 = entropy went to zero).")
+    entropy_blowup: float = f(0.5, "Entropy rise beyond entropy_rise_free (relative to the first window).")
+    value_loss_spikes: float = f(1.0, "PPO value-loss spikes (> 10x the median before them; 1 = three or 5 %).")
+    grad_norm_spikes: float = f(0.5, "Gradient-norm spikes (> 10x the median before them; 1 = three or 5 %).")
+    mode_collapse: float = f(0.5, "Mean frac_reward_zero_std beyond zero_std_free.")
+    non_finite: float = f(10.0, "Fraction of logged steps with a NaN/inf metric.")
     across_seeds: float = f(1.0, "Multi-seed runs: weight of the standard deviation of the seeds' values.")
 
 
@@ -181,11 +188,17 @@ class ObjectiveConfig:
         "reward (plain final reward).",
     )
     reward_key: str = f("reward", "Metric holding the per-step mean reward.")
-    window: float = f(0.25, "Late window as a fraction of logged steps.")
+    window: float = f(0.25, "Late (and early) window as a fraction of the trained steps.")
     final_steps: int = f(5, "Logged steps averaged for the final reward (objective=reward).")
-    target_kl: float = f(0.1, "KL above this target is penalised.")
-    entropy_drop_free: float = f(0.5, "Relative entropy drop from the start that costs nothing.")
+    target_kl: Optional[float] = f(
+        None,
+        "KL above this target is penalised, in the units the algorithm logs (GRPO/RLOO kl: per token; PPO "
+        "objective/kl: summed per completion); None = algo.target_kl for PPO, else 0.1 per token.",
+    )
+    entropy_drop_free: float = f(0.5, "Relative entropy drop from the first window that costs nothing.")
+    entropy_rise_free: float = f(0.5, "Relative entropy rise from the first window that costs nothing.")
     zero_std_free: float = f(0.5, "Mean frac_reward_zero_std that costs nothing.")
+    min_scale: float = f(0.1, "Smallest reward scale that divergence penalties are multiplied by.")
     weights: ObjectiveWeights = field(default_factory=ObjectiveWeights, metadata={"help": "Penalty weights."})
 
 

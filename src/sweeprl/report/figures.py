@@ -132,8 +132,8 @@ def slice_figure(study: optuna.Study, param: str):
 
 def load_curves(dirs: Sequence[str]) -> Dict[str, Tuple[List[float], List[float]]]:
     """``{"reward"|"kl"|"entropy": (steps, values)}`` from a trial dir's ``metrics.jsonl`` (first readable dir)."""
+    from sweeprl.analysis.curves import curve
     from sweeprl.analysis.history import load
-    from sweeprl.analysis.stability import series, steps_of
 
     for d in dirs:
         if not trial_record.metrics_path(d).is_file():
@@ -144,10 +144,9 @@ def load_curves(dirs: Sequence[str]) -> Dict[str, Tuple[List[float], List[float]
             continue
         out = {}
         for name, keys in CURVE_KEYS.items():
-            vals = series(records, *keys)
-            steps = steps_of(records, *keys)
-            if vals.size and vals.size == steps.size:
-                out[name] = ([float(s) for s in steps], [float(v) for v in vals])
+            c = curve(records, *keys)
+            if c:
+                out[name] = ([float(s) for s in c.steps], [float(v) for v in c.values])
         return out
     return {}
 

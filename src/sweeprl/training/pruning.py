@@ -18,8 +18,8 @@ from typing import Any, Dict, List, Optional
 
 from transformers import TrainerCallback
 
-from sweeprl.analysis.objective import ObjectiveError, compute_objective
-from sweeprl.analysis.stability import ENTROPY_KEYS, KL_KEYS, LOSS_KEYS, REWARD_KEYS
+from sweeprl.analysis import keys
+from sweeprl.analysis.objective import ObjectiveError, compute_objective, target_kl_of
 
 log = logging.getLogger(__name__)
 
@@ -52,11 +52,11 @@ class Guards:
         if not self.cfg.enabled:
             return None
         c, s = self.cfg, self.s
-        vals = [_first(rec, LOSS_KEYS), _first(rec, REWARD_KEYS)]
+        vals = [_first(rec, keys.LOSS), _first(rec, keys.REWARD)]
         s.non_finite = s.non_finite + 1 if any(v is not None and not math.isfinite(v) for v in vals) else 0
         if s.non_finite >= c.non_finite_patience:
             return f"guard:non_finite: loss/reward NaN or inf for {s.non_finite} logged step(s)"
-        kl = _first(rec, KL_KEYS)
+        kl = _first(rec, keys.KL)
         limit = c.kl_factor * self.target_kl
         s.kl = s.kl + 1 if (kl is not None and kl > limit) else 0
         if s.kl >= c.kl_patience:
@@ -65,7 +65,7 @@ class Guards:
         s.mode = s.mode + 1 if (zs is not None and zs >= c.mode_collapse_threshold) else 0
         if s.mode >= c.mode_collapse_patience:
             return f"guard:mode_collapse: frac_reward_zero_std >= {c.mode_collapse_threshold:g} for {s.mode} steps"
-        ent = _first(rec, ENTROPY_KEYS)
+        ent = _first(rec, keys.ENTROPY)
         if ent is not None and math.isfinite(ent):
             if s.entropy_start is None:
                 s.entropy_start = ent
@@ -114,7 +114,7 @@ class PruningCallback(TrainerCallback):
         self.trial = trial
         self.report_every = int(cfg.pruning.report_every)
         self.min_steps = int(cfg.pruning.min_steps)
-        self.guards = Guards(cfg.pruning.guards, float(cfg.objective.target_kl))
+        self.guards = Guards(cfg.pruning.guards, target_kl_of(cfg.objective, algo=str(cfg.algo.name)))
         self.history: List[Dict[str, float]] = []
         self.reason: Optional[str] = None
         self.stopped_at: Optional[int] = None

@@ -1,0 +1,202 @@
+"""Recommended changes as Hydra overrides that are valid and change what the trainer gets.
+
+A finding recommends *changes*: a parameter (a name of :data:`PARAMS`), a direction and a factor. This module
+turns each into a concrete override of the run's config, when the config is known:
+
+- the *effective* config path: PPO's KL coefficient is ``algo.beta`` when the run set it (it replaces
+  ``init_kl_coef``), else ``algo.init_kl_coef``; the clip range is ``algo.cliprange`` for PPO and
+  ``algo.epsilon`` for GRPO/RLOO; parameters an algorithm does not have (``vf_coef`` for GRPO) give no change;
+- a value that passes validation: ``num_generations`` snaps to a group size that divides the generation batch
+  (raising the batch with it when no larger one does), a KL coefficient of 0 is raised to a first real value
+  (0.04 — TRL's former default — for GRPO/RLOO, 0.05 for PPO) instead of "0 x 2", ints stay ints;
+- with the run's full resolved config, the overridden config is validated with :func:`sweeprl.config.validate`
+  and a change that fails it, or leaves the value as it was, is dropped (never printed as advice).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any, Dict, List, Mapping, Optional
+
+from hydra_plugins.sweeprl_sweeper.search_space import format_number
+
+#: param -> config path (GRPO/RLOO); per-algorithm paths in :func:`config_path`
+PATHS = {
+    "learning_rate": "algo.learning_rate",
+    "kl_coef": "algo.beta",
+    "temperature": "generation.temperature",
+    "num_generations": "algo.num_generations",
+    "max_grad_norm": "algo.max_grad_norm",
+    "warmup_steps": "algo.warmup_steps",
+    "max_completion_length": "generation.max_completion_length",
+    "cliprange": "algo.epsilon",
+    "cliprange_value": "algo.cliprange_value",
+    "vf_coef": "algo.vf_coef",
+    "kl_estimator": "algo.kl_estimator",
+    "reward_threshold": "reward.funcs.0.kwargs.reward_threshold",
+}
+PARAMS = tuple(PATHS)
+PPO_ONLY = {"cliprange_value", "vf_coef", "kl_estimator"}
+INT_PARAMS = {"num_generations", "max_completion_length"}
+LOG_PARAMS = {"learning_rate", "kl_coef"}
+FIRST_KL_COEF = {"grpo": 0.04, "rloo": 0.04, "ppo": 0.05}
+
+
+@dataclass
+class Change:
+    param: str
+    direction: str  # increase | decrease | set
+    factor: Optional[float] = None
+    override: Optional[str] = None  # ready Hydra override(s), space-separated, when the config is known
+    value: Any = None  # the new value
+
+
+@dataclass
+class Advice:
+    """What a diagnosis knows of the run's config: values by param name, the algorithm, the resolved config."""
+
+    algo: Optional[str] = None
+    values: Dict[str, Any] = field(default_factory=dict)
+    resolved: Optional[Dict[str, Any]] = None
+
+    def path(self, param: str) -> Optional[str]:
+        return config_path(param, self.algo, self.resolved)
+
+    def change(self, param: str, direction: str, factor: Optional[float] = None, value: Any = None) -> Optional[Change]:
+        """The change, with its override when the current value is known; None when the param does not apply
+        to this algorithm or no valid, different value exists."""
+        assert param in PATHS and direction in ("increase", "decrease", "set"), (param, direction)
+        path = self.path(param)
+        if path is None:
+            return None
+        current = self.current(param)
+        c = Change(param, direction, factor)
+        if current is None and value is None:
+            return c  # a history without config: direction only
+        extra: List[str] = []
+        new = value if value is not None else _scaled(param, direction, factor or 1.0, current, self.algo)
+        if param == "num_generations" and direction != "set" and current is not None:
+            new, extra = self._group_size(direction, int(current))
+        if new is None or (current is not None and _same(new, current)):
+            return None
+        c.value = new
+        c.override = " ".join([f"{path}={_text(new)}", *extra])
+        if self.resolved is not None and not self.is_valid(c.override):
+            return None
+        return c
+
+    def current(self, param: str) -> Any:
+        if self.resolved is not None:
+            path = self.path(param)
+            return select(self.resolved, path) if path else None
+        return self.values.get(param)
+
+    def _group_size(self, direction: str, current: int) -> tuple[Optional[int], List[str]]:
+        """A valid group size in ``direction``: a divisor (>= 2) of the generation batch; when raising and none is
+        larger, double the group and set the per-device batch to keep it a divisor."""
+        batch = generation_batch(self.resolved, self.algo) if self.resolved is not None else None
+        if batch is None:
+            new = max(2, current * 2 if direction == "increase" else current // 2)
+            return (new + new % 2 if new > 2 else new), []
+        divisors = [d for d in range(2, batch + 1) if batch % d == 0]
+        if direction == "increase":
+            larger = [d for d in divisors if d > current]
+            if larger:
+                return larger[0], []
+            new = current * 2
+            if self.algo == "ppo":
+                return new, [f"algo.batch_size={max(new, batch)}"]
+            per_dev = int(select(self.resolved, "algo.per_device_train_batch_size") or batch)
+            accum = int(select(self.resolved, "algo.gradient_accumulation_steps") or 1)
+            need = math.ceil(new / accum)
+            while (need * accum) % new:
+                need += 1
+            return new, [f"algo.per_device_train_batch_size={max(need, per_dev)}"]
+        smaller = [d for d in divisors if d < current]
+        return (smaller[-1] if smaller else None), []
+
+    def is_valid(self, override: str) -> bool:
+        from omegaconf import OmegaConf
+
+        from sweeprl.config import ConfigValidationError, validate
+
+        cfg = OmegaConf.create(self.resolved)
+        try:
+            cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist(override.split()))
+            validate(cfg)
+        except (ConfigValidationError, ValueError, KeyError, TypeError):
+            return False
+        except Exception:  # noqa: BLE001 - any OmegaConf error means the override does not fit the config
+            return False
+        return True
+
+
+def config_path(param: str, algo: Optional[str], resolved: Optional[Mapping[str, Any]] = None) -> Optional[str]:
+    """Where ``param`` lives for ``algo`` (None when the algorithm has no such setting)."""
+    if algo == "ppo":
+        if param == "kl_coef":
+            beta = select(resolved, "algo.beta") if resolved is not None else None
+            return "algo.beta" if beta is not None else "algo.init_kl_coef"
+        if param == "cliprange":
+            return "algo.cliprange"
+    elif param in PPO_ONLY:
+        return None
+    return PATHS[param]
+
+
+def generation_batch(resolved: Mapping[str, Any], algo: Optional[str]) -> Optional[int]:
+    """Completions per generation round, which the group size must divide."""
+    if algo == "ppo":
+        b = select(resolved, "algo.batch_size")
+        return int(b) if b else None
+    gbs = select(resolved, "algo.generation_batch_size")
+    if gbs:
+        return int(gbs)
+    per_dev = select(resolved, "algo.per_device_train_batch_size")
+    accum = select(resolved, "algo.gradient_accumulation_steps") or 1
+    return int(per_dev) * int(accum) if per_dev else None
+
+
+def select(node: Any, path: Optional[str]) -> Any:
+    """``a.b.0.c`` in nested dicts/lists; None when absent."""
+    if node is None or not path:
+        return None
+    for part in path.split("."):
+        if isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        elif isinstance(node, Mapping) and part in node:
+            node = node[part]
+        else:
+            return None
+    return None if isinstance(node, (dict, list)) else node
+
+
+def _scaled(param: str, direction: str, factor: float, current: Any, algo: Optional[str]) -> Any:
+    if current is None:
+        return None
+    if isinstance(current, str):
+        return None  # categorical: only ``set`` changes it
+    value = float(current)
+    if param == "kl_coef" and value == 0:
+        return FIRST_KL_COEF.get(algo or "grpo", 0.04) if direction == "increase" else None
+    if param == "warmup_steps" and value == 0:
+        return 0.1 if direction == "increase" else None  # a tenth of max_steps
+    value *= factor
+    if param in INT_PARAMS:
+        return max(1, int(round(value)))
+    return float(f"{value:.3g}")
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return math.isclose(float(a), float(b), rel_tol=1e-9, abs_tol=0.0)
+    return a == b
+
+
+def _text(v: Any) -> str:
+    return format_number(v) if isinstance(v, float) else str(v)
+
+
+def as_dicts(changes: List[Optional[Change]]) -> List[Dict[str, Any]]:
+    return [asdict(c) for c in changes if c is not None]
