@@ -131,9 +131,10 @@ def test_trials_prints_ranked_table(sweep, study, capsys):
     out = capsys.readouterr().out
     printed = []
     for line in out.splitlines():
-        cells = [c.strip() for c in line.split("│")]
-        if len(cells) > 4 and cells[3] in ("COMPLETE", "PRUNED", "FAIL", "RUNNING"):
-            printed.append(int(cells[2]))
+        cells = line.split()
+        states = [i for i, c in enumerate(cells) if c in ("COMPLETE", "PRUNED", "FAIL", "RUNNING")]
+        if states and states[0] >= 1:
+            printed.append(int(cells[states[0] - 1]))  # the trial number stands left of its state
     assert printed == [r.number for r in ranked_rows(study)]
 
 

@@ -89,7 +89,8 @@ def test_across_runs_match_the_reference(seed):
     one_point = [([1.0], [v]) for v in values]  # one number per run: the reference on a single eval point
     assert out["dispersion_runs"] == pytest.approx(float(ref.iqr_across_runs(one_point)[0]))
     assert out["risk_runs"] == pytest.approx(ref.compute_cvar(np.asarray(values), "lower"))
-    assert out["std_runs"] == pytest.approx(float(ref.stddev(values)))
+    n = len(values)  # sweeprl's std_runs is the population sd (ddof 0); the reference's uses ddof 1
+    assert out["std_runs"] == pytest.approx(float(ref.stddev(values)) * ((n - 1) / n) ** 0.5)
 
 
 def test_spike_indices_need_a_baseline_and_a_factor():

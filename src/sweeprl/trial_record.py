@@ -206,7 +206,7 @@ class Summary:
 
     terms: Dict[str, float] = field(default_factory=dict)  # objective terms, averaged over seeds
     run_ids: List[str] = field(default_factory=list)
-    findings: List[str] = field(default_factory=list)
+    findings: List[str] = field(default_factory=list)  # ids of the critical/warning findings
     steps: int = 0
 
 
@@ -221,7 +221,8 @@ def summarize(dirs: Iterable[PathLike]) -> Summary:
             if outcome.run_id:
                 out.run_ids.append(outcome.run_id)
         for f in (read_diagnosis(d) or {}).get("findings", []):
-            if isinstance(f, dict) and f.get("id") and f["id"] not in out.findings:
+            # info findings are notes (a short history, a saturated task), not problems of the trial
+            if isinstance(f, dict) and f.get("id") and f.get("severity") != "info" and f["id"] not in out.findings:
                 out.findings.append(f["id"])
         out.steps += count_steps(d)
     out.terms = {k: sum(v) / len(v) for k, v in terms.items()}

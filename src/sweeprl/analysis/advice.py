@@ -117,19 +117,30 @@ class Advice:
         return (smaller[-1] if smaller else None), []
 
     def is_valid(self, override: str) -> bool:
+        """The overridden config validates — or, for a config from an older sweeprl that no longer validates as
+        a whole, the override adds no problem of its own."""
         from omegaconf import OmegaConf
 
-        from sweeprl.config import ConfigValidationError, validate
-
-        cfg = OmegaConf.create(self.resolved)
         try:
-            cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist(override.split()))
-            validate(cfg)
-        except (ConfigValidationError, ValueError, KeyError, TypeError):
-            return False
+            base = OmegaConf.create(self.resolved)
+            new = OmegaConf.merge(base, OmegaConf.from_dotlist(override.split()))
         except Exception:  # noqa: BLE001 - any OmegaConf error means the override does not fit the config
             return False
-        return True
+        after = _problems(new)
+        return after is not None and (not after or set(after) <= set(_problems(base) or []))
+
+
+def _problems(cfg: Any) -> Optional[List[str]]:
+    """Validation problems of a config ([] = valid); None when it cannot even be checked."""
+    from sweeprl.config import ConfigValidationError, validate
+
+    try:
+        validate(cfg)
+    except ConfigValidationError as exc:
+        return list(exc.problems)
+    except Exception:  # noqa: BLE001 - a config that cannot be checked at all
+        return None
+    return []
 
 
 def config_path(param: str, algo: Optional[str], resolved: Optional[Mapping[str, Any]] = None) -> Optional[str]:

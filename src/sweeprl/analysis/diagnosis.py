@@ -84,8 +84,9 @@ def _direction(change: Mapping[str, Any], advice: Advice) -> str:
 
 
 def resolve_conflicts(findings: List[Finding], advice: Advice) -> List[str]:
-    """Keep one direction per parameter: the one whose findings have the larger summed confidence. Drops the
-    losing changes (in place) and returns a note per conflict."""
+    """Keep one direction per parameter: the one backed by the most confident finding (not the most findings:
+    a flat reward and a reward below its target are one piece of evidence, not two); a tie goes to the
+    cautious side (decrease). Drops the losing changes (in place) and returns a note per conflict."""
     votes: Dict[str, Dict[str, List[Finding]]] = {}
     for f in findings:
         for c in f.recommendation["changes"]:
@@ -94,7 +95,7 @@ def resolve_conflicts(findings: List[Finding], advice: Advice) -> List[str]:
     for param, sides in votes.items():
         if len(sides) < 2:
             continue
-        score = {d: sum(f.confidence for f in fs) for d, fs in sides.items()}
+        score = {d: max(f.confidence for f in fs) for d, fs in sides.items()}
         winner = max(score, key=lambda d: (score[d], d == "decrease"))  # a tie goes to the cautious side
         for d, fs in sides.items():
             if d == winner:

@@ -23,7 +23,8 @@ Within one run, on the reward curve (steps t, values y):
 Across runs of one configuration (seeds), on each run's late-window median: ``dispersion_runs`` (IQR, as
 IqrAcrossRuns without its low-pass filter and time alignment: one number per run), ``risk_runs`` (lower
 CVaR of the runs, i.e. the worst run's level for fewer than 21 runs, as LowerCVaROnAcross) and ``std_runs``
-(standard deviation with ddof=1, the penalty of multi-seed trials).
+(the population standard deviation, ddof 0 — the reference's StddevAcrossRuns uses ddof 1 — which multi-seed
+trials pay as a penalty).
 """
 
 from __future__ import annotations
@@ -119,7 +120,7 @@ def across_runs(values: Sequence[float], alpha: float = ALPHA) -> Dict[str, floa
         "mean": float(x.mean()),
         "dispersion_runs": iqr(x),
         "risk_runs": cvar(x, "lower", alpha),
-        "std_runs": float(x.std(ddof=1)) if x.size > 1 else 0.0,
+        "std_runs": float(x.std()),
     }
 
 

@@ -40,9 +40,17 @@ def _print_single_run_summary(cfg: DictConfig, result) -> None:
     table = Table(title=f"{cfg.name}: objective ({result.objective.name})")
     table.add_column("term")
     table.add_column("value", justify="right")
+    zero = []
     for k, v in result.objective.terms.items():
-        table.add_row(k if k == "late_reward" or k == "final_reward" else f"- {k}", f"{v:.4g}")
+        if k in ("late_reward", "final_reward"):
+            table.add_row(k, f"{v:.4g}")
+        elif v:
+            table.add_row(f"- {k}", f"{v:.4g}")
+        else:
+            zero.append(k)
     table.add_row("objective", f"{result.value:.4g}")
+    if zero:
+        table.caption = f"{len(zero)} penalty terms are 0: {', '.join(zero)}"
     console.print(table)
     console.print(
         f"{result.steps} logged steps in {result.seconds:.1f} s; files in {result.output_dir}", soft_wrap=True
@@ -52,10 +60,9 @@ def _print_single_run_summary(cfg: DictConfig, result) -> None:
         console.print(f"diagnosis ({len(findings)} finding(s), full report in diagnosis.md):")
         for f in findings[:3]:
             overrides = " ".join(c["override"] for c in f.recommendation["changes"] if c.get("override"))
-            console.print(
-                f"  {f.severity.upper()} {f.id}: {f.evidence}" + (f" -> try {overrides}" if overrides else ""),
-                soft_wrap=True,
-            )
+            console.print(f"  {f.severity.upper()} {f.id} (confidence {f.confidence:.2f}): {f.evidence}")
+            if overrides:
+                console.print(f"    try: {overrides}")
     else:
         console.print("diagnosis: no problems found")
     if cfg.tracking.enabled:

@@ -25,12 +25,13 @@ import logging
 import os
 import re
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import optuna
 
+from sweeprl.analysis.diagnosis import sweep_level
 from sweeprl.analysis.objective import REWARD_TERMS, penalty_sum, reward_term
 from sweeprl.formatting import num
 from sweeprl.report.document import Block, to_html, to_markdown
@@ -95,7 +96,7 @@ def _fmt_param(v: Any) -> str:
     return num(v) if isinstance(v, float) else str(v)
 
 
-def _trial_table(infos: Sequence[TrialInfo], study: optuna.Study, top_findings: int = 3) -> Block:
+def _trial_table(infos: Sequence[TrialInfo], study: optuna.Study, sweep_wide=(), top_findings: int = 3) -> Block:
     multi = len(study.directions) > 1
     term_names = sorted({k for i in infos for k in i.row.terms if k not in REWARD_TERMS})
     # penalty columns that are zero everywhere add width, not information
@@ -135,11 +136,11 @@ def _trial_table(infos: Sequence[TrialInfo], study: optuna.Study, top_findings: 
             cells.append(num(penalty_sum(r.terms)) if r.terms else "-")
         cells += [_fmt_param(r.params[p]) if p in r.params else "-" for p in params]
         steps = info.trial.user_attrs.get("steps")
+        own = [f for f in r.findings if f not in sweep_wide]
         cells += [
             str(steps) if steps is not None else "-",
             r.reason.splitlines()[0][:200] if r.reason else "",
-            ", ".join(r.findings[:top_findings])
-            + (f" (+{len(r.findings) - top_findings})" if len(r.findings) > top_findings else ""),
+            ", ".join(own[:top_findings]) + (f" (+{len(own) - top_findings})" if len(own) > top_findings else ""),
         ]
         rows.append(cells)
         cls = [f"state-{r.state}"] + (["best"] if rank_txt == "1" else [])
@@ -156,13 +157,14 @@ def _reason_key(reason: str, width: int = 160) -> str:
     return line if len(line) <= width else line[: width - 1] + "…"
 
 
-def _causes(infos: Sequence[TrialInfo]) -> Dict[str, str]:
-    out: Dict[str, str] = {}
+def _findings_text(infos: Sequence[TrialInfo]) -> Dict[str, Dict[str, str]]:
+    """Cause and recommendation text of each finding id, from the first diagnosis that has it."""
+    out: Dict[str, Dict[str, str]] = {}
     for info in infos:
-        data = read_diagnosis(info)
-        for f in (data or {}).get("findings", []):
-            if f.get("id") and f.get("cause") and f["id"] not in out:
-                out[f["id"]] = str(f["cause"])
+        for f in (read_diagnosis(info) or {}).get("findings", []):
+            if f.get("id") and f["id"] not in out:
+                text = (f.get("recommendation") or {}).get("text", "")
+                out[f["id"]] = {"cause": str(f.get("cause", "")), "try": str(text)}
     return out
 
 
@@ -176,6 +178,262 @@ def _target_kl(infos: Sequence[TrialInfo]) -> Optional[float]:
             except (TypeError, ValueError):
                 return None
     return None
+
+
+@dataclass
+class _Doc:
+    """The report being written: its blocks, and the files (figures, notes) that go with it."""
+
+    out: str
+    files: ReportFiles
+    blocks: List[Block] = field(default_factory=list)
+
+    def add(self, kind: str, text: str = "", **kw: Any) -> None:
+        self.blocks.append(Block(kind, text, **kw))
+
+    def skip(self, caption: str, why: str) -> None:
+        self.files.notes.append(f"{caption}: {why}")
+        self.add("note", f"{caption}: {why}.")
+
+    def figure(self, name: str, caption: str, make: Callable[[], Any], empty: str = "nothing to draw") -> None:
+        """Draw a figure into ``name``; one that cannot be drawn becomes a note (never an exception)."""
+        path = os.path.join(self.out, name)
+        plt = _pyplot()
+        try:
+            # Optuna's plots switch the global style to ggplot: keep that inside this figure
+            with plt.rc_context(), plt.style.context("ggplot"):
+                fig = make()
+                if fig is not None:
+                    _save(fig, path)
+        except Exception as exc:  # noqa: BLE001 - a figure that cannot be drawn becomes a note
+            plt.close("all")
+            log.warning("report: %s not drawn: %s: %s", name, type(exc).__name__, exc)
+            self.files.notes.append(f"{name}: not drawn ({type(exc).__name__}: {exc})")
+            self.add("note", f"{caption}: not drawn ({type(exc).__name__}: {exc}).")
+            return
+        if fig is None:
+            self.skip(caption, empty)
+            self.files.notes[-1] = f"{name}: {empty}"
+            return
+        self.files.images.append(path)
+        self.add("img", caption, path=path)
+
+
+@dataclass
+class _Sweep:
+    """What the sections read: the study, its trials (best first) and what was derived from them."""
+
+    study: optuna.Study
+    storage_url: str
+    sweep_dir: Optional[str]
+    infos: List[TrialInfo]
+    top_k: int
+
+    def __post_init__(self) -> None:
+        self.multi = len(self.study.directions) > 1
+        self.complete = [i for i in self.infos if i.complete]
+        self.top = top_trials(self.infos, self.study, self.top_k)
+        self.worst = worst_unstable(self.infos, exclude=[i.number for i in self.top])
+        self.dists = distributions_of(self.study)
+        finished = {i.number: i.row.findings for i in self.infos if i.row.state in ("COMPLETE", "PRUNED")}
+        #: findings on most trials: they describe the sweep, not a trial, and are reported once
+        self.sweep_wide = sweep_level(finished)
+        self.finished = len(finished)
+
+
+def _overview(doc: _Doc, sw: _Sweep) -> None:
+    states = Counter(i.row.state for i in sw.infos)
+    doc.add("h1", f"Sweep report: {sw.study.study_name}")
+    directions = ", ".join(d.name.lower() for d in sw.study.directions)
+    counts = ", ".join(f"{n} {s}" for s, n in sorted(states.items()))
+    where = f"; sweep dir: {sw.sweep_dir}" if sw.sweep_dir else ""
+    doc.add("p", f"{len(sw.infos)} trials ({counts}); direction: {directions}; storage: {sw.storage_url}{where}.")
+    if not sw.infos:
+        doc.add("note", "The study has no trials yet: nothing to rank or plot. Run the sweep first.")
+    elif not sw.complete:
+        doc.add(
+            "note",
+            f"No trial completed ({counts}): there is no objective to rank or plot. The failure and prune reasons "
+            "are in the table below.",
+        )
+    elif sw.multi:
+        solutions = ", ".join(str(s["trial"]) for s in results_dict(sw.study)["solutions"])
+        doc.add("p", f"Pareto front: trials {solutions} (objectives: {PARETO_NAMES[0]} ↑, {PARETO_NAMES[1]} ↓).")
+    else:
+        res = results_dict(sw.study)
+        best_params = ", ".join(f"{k}={_fmt_param(v)}" for k, v in res["best_params"].items())
+        doc.add("p", f"Best: trial {res['best_trial']} with objective {num(res['best_value'], 4)} ({best_params}).")
+    doc.blocks += [Block("h2", "Trials (best first)"), _trial_table(sw.infos, sw.study, sw.sweep_wide)]
+    if any(i.row.terms for i in sw.infos):
+        doc.add(
+            "p",
+            "objective = late_reward − penalties (weighted terms of the stability-adjusted objective, reward "
+            "units); penalty columns that are zero in every trial are left out.",
+        )
+    if sw.sweep_wide:
+        doc.add("p", "Findings on most trials are listed once, under Sweep diagnosis, not in the table.")
+
+
+def _optimization(doc: _Doc, sw: _Sweep) -> None:
+    study = sw.study
+    doc.add("h2", "Optimization")
+    if not sw.complete:
+        doc.skip("Figures", "skipped, no complete trial")
+        return
+    if sw.multi:
+        doc.figure(
+            "pareto_front.png",
+            f"Pareto front ({PARETO_NAMES[0]} ↑ vs {PARETO_NAMES[1]} ↓); optimization history and "
+            "importances are not shown for a two-objective study",
+            lambda: pareto_figure(study),
+        )
+    else:
+        doc.figure(
+            "history.png", "Optimization history: objective per trial and best so far", lambda: history_figure(study)
+        )
+        why = importance_status(study)
+        if why:
+            doc.skip("Parameter importances", why)
+        else:
+            n = len(sw.complete)
+            rough = f" — rough with only {n} complete trials" if n < 8 else ""
+            doc.figure(
+                "importances.png",
+                f"Parameter importances (Optuna's fANOVA on the {n} complete trials{rough})",
+                lambda: importance_figure(study),
+            )
+    doc.figure(
+        "parallel_coordinate.png",
+        "Parallel coordinates: every complete trial's params, coloured by objective",
+        lambda: parallel_figure(study),
+    )
+    doc.add("h3", "Objective vs each swept param")
+    for p in sw.dists:
+        scale = "log x-axis" if is_log_param(study, p) else "linear x-axis"
+        doc.figure(
+            f"slice_{_safe_name(p)}.png",
+            f"Slice: {'late reward' if sw.multi else 'objective'} vs {p} ({scale})",
+            lambda p=p: slice_figure(study, p),
+        )
+
+
+def _curves(doc: _Doc, sw: _Sweep) -> None:
+    doc.add("h2", "Training curves")
+    if not sw.top:
+        doc.skip("Training curves", "no complete trial")
+        return
+    desc = ", ".join(f"#{i.number}" for i in sw.top)
+    if sw.worst:
+        worst_sum = num(penalty_sum(sw.worst.row.terms))
+        desc += f"; dashed: #{sw.worst.number}, the completed trial with the highest penalty sum ({worst_sum})"
+    else:
+        desc += "; no other completed trial has a positive penalty sum to contrast with"
+    doc.add("p", f"Top {len(sw.top)} trials: {desc}.")
+    doc.figure(
+        "curves.png",
+        "Reward, KL and entropy per step",
+        lambda: curves_figure(sw.top, sw.worst, _target_kl(sw.top)),
+        empty="no metrics.jsonl with reward/KL/entropy found in these trials' dirs",
+    )
+    doc.add("h2", "Objective components of the top trials")
+    doc.figure(
+        "objective_terms.png",
+        "late_reward vs stacked penalty terms (the diamond is the objective)",
+        lambda: terms_figure(sw.top),
+        empty="these trials carry no objective_terms",
+    )
+
+
+def _sweep_diagnosis(doc: _Doc, sw: _Sweep) -> None:
+    doc.add("h2", "Sweep diagnosis")
+    findings = _findings_text(sw.infos)
+    items = []
+    if sw.sweep_wide:
+        doc.add("p", "On most trials — a property of the whole sweep's setup, not of any trial:")
+        doc.add(
+            "ul",
+            items=[
+                f"{fid} in {sum(fid in i.row.findings for i in sw.infos)} of {sw.finished} finished trials: "
+                + findings.get(fid, {}).get("cause", "")
+                + (f". Try: {findings[fid]['try']}" if findings.get(fid, {}).get("try") else "")
+                for fid in sorted(sw.sweep_wide)
+            ],
+        )
+    rows = [replace(i.row, findings=[f for f in i.row.findings if f not in sw.sweep_wide]) for i in sw.infos]
+    regions = unstable_regions(rows, {k: v.get("cause", "") for k, v in findings.items()})
+    considered = [r for r in rows if r.state in ("COMPLETE", "PRUNED")]
+    if regions:
+        doc.add("p", "Where the findings of the per-trial diagnoses occurred in the searched space:")
+        doc.add("ul", items=[g.text for g in regions])
+    elif considered:
+        items.append(f"No trial-specific finding in any of the {len(considered)} finished trials.")
+    clean = [r for r in rows if r.state == "COMPLETE" and r.values and not r.findings]
+    if clean:
+        items.append("Trials without any finding of their own: " + ", ".join(f"#{r.number}" for r in clean) + ".")
+    dominant: Counter = Counter()
+    for i in sw.complete:
+        pens = {k: float(v) for k, v in i.row.terms.items() if k not in REWARD_TERMS and float(v) > 0}
+        if pens:
+            dominant[max(pens, key=pens.get)] += 1
+    if dominant:
+        items.append(
+            "Largest penalty per completed trial: "
+            + ", ".join(f"{k} in {n} trial{'s' if n > 1 else ''}" for k, n in dominant.most_common())
+            + "."
+        )
+    for state in ("PRUNED", "FAIL"):
+        groups: Dict[str, List[int]] = {}
+        for i in sw.infos:
+            if i.row.state == state:
+                groups.setdefault(_reason_key(i.row.reason), []).append(i.number)
+        if groups:
+            ordered = sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[1][0]))
+            listed = "; ".join(
+                f"{r} (trial{'s' if len(ns) > 1 else ''} {', '.join(map(str, sorted(ns)))})" for r, ns in ordered[:5]
+            )
+            items.append(f"{state} ({sum(len(v) for v in groups.values())}): {listed}.")
+    if items:
+        doc.add("ul", items=items)
+
+
+def _next_sweep(doc: _Doc, sw: _Sweep) -> None:
+    doc.add("h2", "Suggested next sweep")
+    nxt = suggest_next_sweep(sw.study, sw.infos, sw.top_k)
+    if nxt["params"]:
+        tops = ", ".join(f"#{n}" for n in nxt["top"])
+        doc.add("p", f"Ranges narrowed around the top {len(nxt['top'])} trials ({tops}):")
+        doc.add(
+            "table",
+            header=["param", "next range", "why"],
+            rows=[[p, v, nxt["reasons"].get(p, "")] for p, v in nxt["params"].items()],
+        )
+        path = os.path.join(doc.out, "next_sweep.json")
+        with open(path, "w") as fh:
+            json.dump(
+                {
+                    "source": f"sweep report of study {sw.study.study_name}",
+                    "next_sweep": {"params": nxt["params"], "reasons": nxt["reasons"]},
+                    "diagnosis_votes": nxt["votes"],
+                },
+                fh,
+                indent=2,
+            )
+        doc.files.next_sweep = path
+        launch = _launch_overrides(sw.infos, sw.dists)
+        name = f"hydra.sweeper.study_name={sw.study.study_name}-next"
+        doc.add("code", " ".join(["python -m sweeprl -m", *launch, f"+sweep_from={path}", name]))
+    else:
+        doc.skip("Next sweep", "no complete trial to narrow the ranges around")
+    if nxt["votes"]:
+        doc.add("p", "What the per-trial diagnoses recommend, counted over all diagnosed trials:")
+        doc.add(
+            "ul",
+            items=[
+                f"{p}{'' if p in sw.dists else ' (not swept)'}: "
+                + ", ".join(f"{'raise' if d == 'increase' else 'lower'} in {n}" for d, n in sorted(c.items()))
+                for p, c in nxt["votes"].items()
+            ],
+        )
 
 
 def build_report(
@@ -209,254 +467,11 @@ def build_report(
         TrialInfo(row=r, trial=frozen[r.number], dirs=trial_dirs(frozen[r.number], ref.sweep_dir))
         for r in ranked_rows(study)
     ]
-    multi = len(study.directions) > 1
-    states = Counter(i.row.state for i in infos)
-    complete = [i for i in infos if i.complete]
-    top = top_trials(infos, study, top_k)
-    worst = worst_unstable(infos, exclude=[i.number for i in top])
-    dists = distributions_of(study)
-
-    blocks: List[Block] = [Block("h1", f"Sweep report: {study.study_name}")]
-    directions = ", ".join(d.name.lower() for d in study.directions)
-    blocks.append(
-        Block(
-            "p",
-            f"{len(infos)} trials ("
-            + ", ".join(f"{n} {s}" for s, n in sorted(states.items()))
-            + f"); direction: {directions}; "
-            f"storage: {ref.storage_url}" + (f"; sweep dir: {ref.sweep_dir}" if ref.sweep_dir else "") + ".",
-        )
-    )
-    if not infos:
-        blocks.append(Block("note", "The study has no trials yet: nothing to rank or plot. Run the sweep first."))
-    elif not complete:
-        blocks.append(
-            Block(
-                "note",
-                f"No trial completed ({', '.join(f'{n} {s}' for s, n in sorted(states.items()))}): there is no "
-                "objective "
-                "to rank or plot. The failure and prune reasons are in the table below.",
-            )
-        )
-    else:
-        res = results_dict(study)
-        if multi:
-            blocks.append(
-                Block(
-                    "p",
-                    f"Pareto front: trials {', '.join(str(s['trial']) for s in res['solutions'])} "
-                    f"(objectives: {PARETO_NAMES[0]} ↑, {PARETO_NAMES[1]} ↓).",
-                )
-            )
-        else:
-            best_params = ", ".join(f"{k}={_fmt_param(v)}" for k, v in res["best_params"].items())
-            blocks.append(
-                Block(
-                    "p", f"Best: trial {res['best_trial']} with objective {num(res['best_value'], 4)} ({best_params})."
-                )
-            )
-
-    blocks += [Block("h2", "Trials (best first)"), _trial_table(infos, study)]
-    if any(i.row.terms for i in infos):
-        blocks.append(
-            Block(
-                "p",
-                "objective = late_reward − penalties (weighted terms of the stability-adjusted objective, reward "
-                "units); "
-                "penalty columns that are zero in every trial are left out.",
-            )
-        )
-
-    def figure(name: str, caption: str, make: Callable[[], Any], empty: str = "nothing to draw") -> None:
-        path = os.path.join(out, name)
-        plt = _pyplot()
-        try:
-            # Optuna's plots switch the global style to ggplot: keep that inside this figure
-            with plt.rc_context(), plt.style.context("ggplot"):
-                fig = make()
-                if fig is not None:
-                    _save(fig, path)
-        except Exception as exc:  # noqa: BLE001 - a figure that cannot be drawn becomes a note
-            plt.close("all")
-            log.warning("report: %s not drawn: %s: %s", name, type(exc).__name__, exc)
-            files.notes.append(f"{name}: not drawn ({type(exc).__name__}: {exc})")
-            blocks.append(Block("note", f"{caption}: not drawn ({type(exc).__name__}: {exc})."))
-            return
-        if fig is None:
-            files.notes.append(f"{name}: {empty}")
-            blocks.append(Block("note", f"{caption}: {empty}."))
-            return
-        files.images.append(path)
-        blocks.append(Block("img", caption, path=path))
-
-    def skip(caption: str, why: str) -> None:
-        files.notes.append(f"{caption}: {why}")
-        blocks.append(Block("note", f"{caption}: {why}."))
-
-    blocks.append(Block("h2", "Optimization"))
-    if not complete:
-        skip("Figures", "skipped, no complete trial")
-    else:
-        if multi:
-            figure(
-                "pareto_front.png",
-                f"Pareto front ({PARETO_NAMES[0]} ↑ vs {PARETO_NAMES[1]} ↓); optimization history and "
-                "importances are not shown for a two-objective study",
-                lambda: pareto_figure(study),
-            )
-        else:
-            figure(
-                "history.png",
-                "Optimization history: objective per trial and best so far",
-                lambda: history_figure(study),
-            )
-            why = importance_status(study)
-            if why:
-                skip("Parameter importances", why)
-            else:
-                rough = f" — rough with only {len(complete)} complete trials" if len(complete) < 8 else ""
-                figure(
-                    "importances.png",
-                    f"Parameter importances (Optuna's fANOVA on the {len(complete)} complete trials{rough})",
-                    lambda: importance_figure(study),
-                )
-        figure(
-            "parallel_coordinate.png",
-            "Parallel coordinates: every complete trial's params, coloured by objective",
-            lambda: parallel_figure(study),
-        )
-        blocks.append(Block("h3", "Objective vs each swept param"))
-        for p in dists:
-            scale = "log x-axis" if is_log_param(study, p) else "linear x-axis"
-            figure(
-                f"slice_{_safe_name(p)}.png",
-                f"Slice: {'late reward' if multi else 'objective'} vs {p} ({scale})",
-                lambda p=p: slice_figure(study, p),
-            )
-
-    blocks.append(Block("h2", "Training curves"))
-    if top:
-        desc = ", ".join(f"#{i.number}" for i in top)
-        if worst:
-            worst_sum = num(penalty_sum(worst.row.terms))
-            desc += f"; dashed: #{worst.number}, the completed trial with the highest penalty sum ({worst_sum})"
-        else:
-            desc += "; no other completed trial has a positive penalty sum to contrast with"
-        blocks.append(Block("p", f"Top {len(top)} trials: {desc}."))
-        figure(
-            "curves.png",
-            "Reward, KL and entropy per step",
-            lambda: curves_figure(top, worst, _target_kl(top)),
-            empty="no metrics.jsonl with reward/KL/entropy found in these trials' dirs",
-        )
-        blocks.append(Block("h2", "Objective components of the top trials"))
-        figure(
-            "objective_terms.png",
-            "late_reward vs stacked penalty terms (the diamond is the objective)",
-            lambda: terms_figure(top),
-            empty="these trials carry no objective_terms",
-        )
-    else:
-        skip("Training curves", "no complete trial")
-
-    # ---------------------------------------------------------------- sweep-level diagnosis
-    blocks.append(Block("h2", "Sweep diagnosis"))
-    diag_items = []
-    regions = unstable_regions([i.row for i in infos], _causes(infos))
-    considered = [i for i in infos if i.row.state in ("COMPLETE", "PRUNED")]
-    if regions:
-        blocks.append(Block("p", "Where the findings of the per-trial diagnoses occurred in the searched space:"))
-        blocks.append(Block("ul", items=[g.text for g in regions]))
-    elif considered:
-        diag_items.append(f"No diagnosis finding in any of the {len(considered)} finished trials.")
-    clean = [i for i in complete if not i.row.findings]
-    if clean:
-        diag_items.append("Trials without any finding: " + ", ".join(f"#{i.number}" for i in clean) + ".")
-    if complete and any(i.row.terms for i in complete):
-        dominant = Counter()
-        for i in complete:
-            pens = {k: float(v) for k, v in i.row.terms.items() if k not in REWARD_TERMS and float(v) > 0}
-            if pens:
-                dominant[max(pens, key=pens.get)] += 1
-        if dominant:
-            diag_items.append(
-                "Largest penalty per completed trial: "
-                + ", ".join(f"{k} in {n} trial{'s' if n > 1 else ''}" for k, n in dominant.most_common())
-                + "."
-            )
-    for state in ("PRUNED", "FAIL"):
-        groups: Dict[str, List[int]] = {}
-        for i in infos:
-            if i.row.state == state:
-                groups.setdefault(_reason_key(i.row.reason), []).append(i.number)
-        if groups:
-            ordered = sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[1][0]))
-            diag_items.append(
-                f"{state} ({sum(len(v) for v in groups.values())}): "
-                + "; ".join(
-                    f"{r} (trial{'s' if len(ns) > 1 else ''} {', '.join(map(str, sorted(ns)))})"
-                    for r, ns in ordered[:5]
-                )
-                + "."
-            )
-    if diag_items:
-        blocks.append(Block("ul", items=diag_items))
-
-    # ---------------------------------------------------------------- next sweep
-    blocks.append(Block("h2", "Suggested next sweep"))
-    nxt = suggest_next_sweep(study, infos, top_k)
-    if nxt["params"]:
-        blocks.append(
-            Block(
-                "p",
-                f"Ranges narrowed around the top {len(nxt['top'])} trials ({', '.join(f'#{n}' for n in nxt['top'])}):",
-            )
-        )
-        blocks.append(
-            Block(
-                "table",
-                header=["param", "next range", "why"],
-                rows=[[p, v, nxt["reasons"].get(p, "")] for p, v in nxt["params"].items()],
-            )
-        )
-        path = os.path.join(out, "next_sweep.json")
-        with open(path, "w") as fh:
-            json.dump(
-                {
-                    "source": f"sweep report of study {study.study_name}",
-                    "next_sweep": {"params": nxt["params"], "reasons": nxt["reasons"]},
-                    "diagnosis_votes": nxt["votes"],
-                },
-                fh,
-                indent=2,
-            )
-        files.next_sweep = path
-        launch = _launch_overrides(infos, dists)
-        cmd = " ".join(
-            [
-                "python -m sweeprl -m",
-                *launch,
-                f"+sweep_from={path}",
-                f"hydra.sweeper.study_name={study.study_name}-next",
-            ]
-        )
-        blocks.append(Block("code", cmd))
-    else:
-        skip("Next sweep", "no complete trial to narrow the ranges around")
-    if nxt["votes"]:
-        blocks.append(Block("p", "What the per-trial diagnoses recommend, counted over all diagnosed trials:"))
-        blocks.append(
-            Block(
-                "ul",
-                items=[
-                    f"{p}{'' if p in dists else ' (not swept)'}: "
-                    + ", ".join(f"{'raise' if d == 'increase' else 'lower'} in {n}" for d, n in sorted(c.items()))
-                    for p, c in nxt["votes"].items()
-                ],
-            )
-        )
-
-    Path(files.markdown).write_text(to_markdown(blocks, out))
-    Path(files.html).write_text(to_html(blocks, f"Sweep report: {study.study_name}"))
+    sw = _Sweep(study, ref.storage_url, ref.sweep_dir, infos, top_k)
+    doc = _Doc(out, files)
+    for section in (_overview, _optimization, _curves, _sweep_diagnosis, _next_sweep):
+        section(doc, sw)
+    Path(files.markdown).write_text(to_markdown(doc.blocks, out))
+    Path(files.html).write_text(to_html(doc.blocks, f"Sweep report: {study.study_name}"))
     log.info("report of study %s written to %s (%d figures)", study.study_name, out, len(files.images))
     return files

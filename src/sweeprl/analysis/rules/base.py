@@ -37,6 +37,7 @@ class Thresholds:
     length_change: float = 0.3  # relative change of the mean completion length
     truncation: float = 0.3
     spike_factor: float = 10.0  # gradient norm, value loss, signed losses: x the median of the values before
+    signed_loss_floor: float = 1.0  # policy-gradient losses: a spike is at least this large in magnitude
     loss_jump: float = 0.25  # positive losses: a rise above the running level by this share (and 3x the usual step)
     oscillation_sign_changes: float = 0.6
     min_points_trend: int = 8
@@ -121,7 +122,9 @@ def first_sustained(mask: np.ndarray, k: int) -> Optional[int]:
 
 
 def shape(v: View) -> Dict[str, float]:
-    """The reward's coarse shape from 10 block means: start, peak (and its step), late level, gain, scale."""
+    """The reward's coarse shape from 10 block means: start, peak (and its step), late level, gain, and the
+    reward's scale: the range the curve spans, at least 1 when every reward lies in [0, 1] (pass rates,
+    fractions: a run stuck at 0.04 has not learned, however small its own range)."""
     r = v.reward
     blocks = r.blocks(10)
     start, late = float(blocks.values[0]), float(blocks.values[-1])
@@ -130,6 +133,8 @@ def shape(v: View) -> Dict[str, float]:
     p = int(np.argmax(blocks.values))
     peak = float(blocks.values[p])
     scale = max(abs(peak), abs(start), float(blocks.values.max() - blocks.values.min()), 1e-9)
+    if r.values.min() >= 0 and r.values.max() <= 1:
+        scale = max(scale, 1.0)
     return {
         "start": start,
         "late": late,
@@ -150,14 +155,8 @@ def trend_test(v: View, c: Curve) -> tuple[Optional[float], Optional[float]]:
 
 
 def flat_shape(v: View) -> Optional[Dict[str, float]]:
-    r = v.reward
+    """The shape of a run whose reward neither ended nor ever got ``flat_gain`` of its scale above its start
+    (twice that at its best); None for a run that moved."""
     s = shape(v)
-    if (
-        abs(s["late"] - s["start"]) >= v.th.flat_gain * max(s["scale"], 1e-9)
-        or s["gain"] >= 2 * v.th.flat_gain * s["scale"]
-    ):
-        return None
-    z, p = trend_test(v, r)
-    if z is not None and p < 0.05:
-        return None  # a significant trend is not flat
-    return s
+    moved = abs(s["late"] - s["start"]) >= v.th.flat_gain * s["scale"] or s["gain"] >= 2 * v.th.flat_gain * s["scale"]
+    return None if moved else s

@@ -9,7 +9,7 @@ import numpy as np
 
 from sweeprl.analysis import keys
 from sweeprl.analysis.curves import Curve
-from sweeprl.analysis.rules.base import SHORT, Finding, View, first_sustained
+from sweeprl.analysis.rules.base import Finding, View, first_sustained
 from sweeprl.analysis.stability import spike_indices
 from sweeprl.formatting import num
 
@@ -44,12 +44,15 @@ def _loss_spikes(v: View, c: Curve) -> tuple[List[int], float]:
     signed = v.algo in ("grpo", "rloo", "ppo") or np.mean(x < 0) > 0.1 or np.median(x) <= 0
     out, ratio = [], 0.0
     if signed:
-        # a policy-gradient surrogate oscillates around zero: only an isolated, unprecedented value counts
+        # a policy-gradient surrogate oscillates around zero, and a batch whose groups all score alike gives
+        # ~0: only an isolated, unprecedented value above an absolute floor counts (with advantages normalised
+        # per group and the ratio clipped, a batch-mean surrogate beyond 1 is not ordinary noise)
         warm = max(3, math.ceil(0.05 * n))
         for i in range(warm, n):
             prev = np.abs(x[:i])
             med = float(np.median(prev))
-            if med > 0 and abs(x[i]) > th.spike_factor * med and abs(x[i]) > 2 * float(prev.max()):
+            big = abs(x[i]) >= th.signed_loss_floor and abs(x[i]) > 2 * float(prev.max())
+            if med > 0 and big and abs(x[i]) > th.spike_factor * med:
                 out.append(i)
                 ratio = max(ratio, abs(x[i]) / med)
         return out, ratio
@@ -59,7 +62,7 @@ def _loss_spikes(v: View, c: Curve) -> tuple[List[int], float]:
         rise = float(x[i] - x[i - 1])
         if level > 0 and rise > max(3 * usual, th.loss_jump * level) and x[i] > (1 + th.loss_jump) * level:
             out.append(i)
-            ratio = max(ratio, x[i] / level)
+            ratio = max(ratio, (x[i] - level) / (th.loss_jump * level))  # in units of the jump threshold
     return out, ratio
 
 
@@ -70,6 +73,7 @@ def f_loss_spike(v: View) -> Optional[Finding]:
     idx, ratio = _loss_spikes(v, c)
     if not idx:
         return None
+    signed_ratio = v.th.spike_factor if v.algo in ("grpo", "rloo", "ppo") or c.values.min() < 0 else 1.0
     i = idx[0]
     before = float(np.median(np.abs(c.values[:i])))
     jumps = ", ".join(
@@ -90,7 +94,7 @@ def f_loss_spike(v: View) -> Optional[Finding]:
             v.change("max_grad_norm", "decrease", 0.5),
             v.change("warmup_steps", "increase", 2.0),
         ),
-        confidence=v.confidence(ratio, 2.0 if c.n < SHORT else v.th.spike_factor, 0.75 if len(idx) > 1 else 0.65),
+        confidence=v.confidence(ratio, signed_ratio, 0.75 if len(idx) > 1 else 0.65),
         onset=int(c.steps[i]),
     )
 

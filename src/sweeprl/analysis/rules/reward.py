@@ -99,8 +99,9 @@ def f_reward_variance_rising(v: View) -> Optional[Finding]:
         return None
     e, l_ = std.early(v.th.window).mean(), std.late(v.th.window).mean()
     re, rl = r.early(v.th.window).mean(), r.late(v.th.window).mean()
-    rel_e, rel_l = e / max(abs(re), 0.05), l_ / max(abs(rl), 0.05)
-    if e <= 1e-9 or l_ < v.th.variance_rise * e or rel_l < v.th.variance_rise * rel_e:
+    floor = v.th.flat_gain * shape(v)["scale"]  # spreads and levels below this do not matter
+    rel_e, rel_l = e / max(abs(re), floor), l_ / max(abs(rl), floor)
+    if e <= 1e-9 or l_ < floor or l_ < v.th.variance_rise * e or rel_l < v.th.variance_rise * rel_e:
         return None
     return Finding(
         "reward_variance_rising",
@@ -126,8 +127,8 @@ def f_reward_cv_high(v: View) -> Optional[Finding]:
         return None
     late = r.late(v.th.window)
     mean = late.mean()
-    if abs(mean) < 1e-9:
-        return None
+    if abs(mean) < v.th.flat_gain * shape(v)["scale"]:
+        return None  # a reward near zero has no meaningful coefficient of variation
     if std.n >= 4:
         cv = std.late(v.th.window).mean() / abs(mean)
         where = f"within-group reward std {num(std.late(v.th.window).mean(), 3)} vs mean reward {num(mean, 3)}"
