@@ -4,8 +4,8 @@
 
 Quickstart trials (GRPO on the tiny model, 80 updates) set up to fail in known ways — learning rate far too low,
 far too high, high with no KL term (beta 0), and groups of 2 samples — each with 3 seeds. Every trial is
-diagnosed as a sweep would (its ``diagnosis.json``); the top recommendation (the first finding, by severity
-then confidence, that comes with overrides) is applied — all of that finding's overrides — and the trial is
+diagnosed as a sweep would (its ``diagnosis.json``); the top recommendation (the first finding that comes with
+overrides, in the diagnosis's order: what to fix first) is applied — all of that finding's overrides — and the trial is
 re-run with the same seed. Reported:
 
 - the share of applied recommendations that improved the objective (stability-adjusted, default weights);
@@ -94,6 +94,7 @@ def main() -> None:
                 before, diagnosis, resolved = run(base, Path(tmp) / f"{name}_{seed}_before")
                 finding, changes = top_recommendation(diagnosis)
                 row = {"case": name, "seed": seed, "before": before, "finding": finding, "overrides": changes}
+                row["findings"] = [f["id"] for f in diagnosis.get("findings", [])]
                 if not changes:
                     row["outcome"] = "no recommendation"
                     rows.append(row)

@@ -428,3 +428,14 @@ def test_next_sweep_group_sizes_divide_the_batch():
     assert ch["override"] == "algo.num_generations=16 algo.per_device_train_batch_size=16"
     run.sweep_params = {"algo.num_generations": "choice(2, 4, 8)"}
     assert diagnose(run).next_sweep["params"]["algo.num_generations"].startswith("choice(")
+
+
+def test_every_finding_has_a_priority_and_the_cause_comes_first():
+    from sweeprl.analysis.diagnosis import RANK
+
+    assert set(RANK) == set(FINDING_IDS)
+    run = healthy(entropy=4.0 * np.exp(-T / 6), frac_reward_zero_std=np.minimum(1, T / 20))
+    run.records = [dict(r, **{"completions/clipped_ratio": 0.9}) for r in run.records]
+    ids = diagnose(run).ids()
+    # a collapsed policy explains the groups that score alike and comes before the truncated completions
+    assert ids.index("entropy_collapse") < ids.index("mode_collapse") < ids.index("truncation_high")

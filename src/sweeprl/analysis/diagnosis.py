@@ -33,6 +33,30 @@ from sweeprl.analysis.rules import FINDING_IDS, RULES, Finding, Thresholds, View
 from sweeprl.formatting import num
 
 SEVERITIES = ("critical", "warning", "info")
+#: what to fix first: a numerical blow-up, then instability (the run diverges or collapses), then a run that does
+#: not learn, then sampling (groups, noise), then the setup (lengths); within a class, severity then confidence
+PRIORITY = (
+    ("non_finite",),
+    (
+        "reward_collapse",
+        "entropy_collapse",
+        "entropy_rising",
+        "kl_above_target",
+        "grad_norm_spike",
+        "value_loss_spike",
+        "loss_spike",
+        "loss_oscillation",
+        "entropy_unstable",
+        "clip_fraction_high",
+        "kl_negative",
+        "explained_variance_negative",
+    ),
+    ("reward_flat", "updates_too_small", "reward_below_target"),
+    ("mode_collapse", "reward_cv_high", "reward_variance_rising", "reward_variance_died", "best_of_n_gap"),
+    ("truncation_high", "length_hacking"),
+    ("short_history",),
+)
+RANK = {fid: i for i, ids in enumerate(PRIORITY) for fid in ids}
 #: findings that make another one redundant when both fire (the more specific one stays)
 SUPERSEDES = {"reward_collapse": ("reward_flat",), "updates_too_small": ("reward_flat",)}
 SWEEP_SHARE = 0.5  # a finding on more than this share of a sweep's trials is reported at sweep level
@@ -146,7 +170,7 @@ def diagnose(run: RunHistory, thresholds: Optional[Thresholds] = None, target_kl
     dropped = {d for k, ds in SUPERSEDES.items() if k in ids for d in ds}
     findings = [f for f in findings if f.id not in dropped]
     notes = resolve_conflicts(findings, advice)
-    findings.sort(key=lambda f: (SEVERITIES.index(f.severity), -f.confidence))
+    findings.sort(key=lambda f: (RANK[f.id], SEVERITIES.index(f.severity), -f.confidence))
     d = Diagnosis(
         source=run.source,
         summary=summary(run, algo),

@@ -8,35 +8,36 @@
 Everything is measured in steps, not logged points (:mod:`sweeprl.analysis.curves`), so logging every step or
 every k steps gives the same value. On the reward curve r (TRL ``reward``, PPO ``objective/scores``):
 
-- ``late_reward``: mean of r over the last ``window`` of the steps — of the *validation* reward (``eval_reward``)
-  when the run logs one, so a sweep cannot win by overfitting its training prompts.
-- Noise, *relative to the learning it taxes*. r is split into a trend (centred moving average over
-  ``smoothing`` of the steps) and per-step residuals (scaled by √(steps per logged point): a logged mean of g
-  steps has 1/√g of the per-step noise). With σ the robust spread of the residuals (IQR/1.349), q the mean of
-  the worst 5 % of them (a drop, as a positive number) and R the range of the trend (the learning, or any
-  systematic move):
+- ``late_reward``: mean of r over the last ``window`` of the steps, each logged value weighted by the steps it
+  stands for — of the *validation* reward (``eval_reward``) when the run logs one, so a sweep cannot win by
+  overfitting its training prompts.
+- The run's *shape*: the means of r over 10 equal stretches of steps (block means). Two block means differ by
+  up to ``a`` = 2·√2·σ/√(steps per block) from noise alone (σ below); ``learning`` = their range minus ``a``.
+- ``dispersion`` = w · σ · σ/(σ + learning), σ the per-step noise: the standard deviation of the second
+  differences (each point against the line through its neighbours, which a steady or curving trend barely
+  moves), outliers beyond 3 robust sd trimmed, scaled by √(steps per logged point) (a logged mean of g steps has
+  1/√g of the per-step noise). Batch noise costs little next to a run that learns far more than its noise, and
+  its full size when noise is all there is.
+- ``short_term_risk`` = w · the mean excess over 3σ of the one-step drops (a point below both neighbours) that
+  noise does not explain — beyond 4σ and beyond 1.5× the matching one-step rises (noise makes rises as often as
+  drops) — over the worst 5 % of drops.
+- ``drawdown`` = w · (the largest fall of the block means below their running best − ``a``): a run that peaks
+  and collapses, or dips and recovers, pays for the fall beyond its noise.
+- Divergence signals: a dimensionless severity ≥ 0 times its weight, all times ``scale`` = the largest
+  magnitude the block means reached (at least ``min_scale``), so they weigh the same on a 0–1 and a 0–100 reward:
 
-  - ``dispersion`` = w · σ · σ/(σ + R): batch noise costs little when the run learns far more than its noise,
-    and its full size when the noise is all there is;
-  - ``short_term_risk`` = w · q · q/(q + R): the same for the worst single-step drops (spikes down).
-
-- ``drawdown`` = w · the largest fall of the trend below its running best (reward units): a run that peaks and
-  collapses, or dips and recovers, pays for the fall.
-- Divergence signals, each a dimensionless severity ≥ 0 times its weight, all times ``scale`` = the largest
-  magnitude the reward trend reached (at least ``min_scale``), so they weigh the same on a 0–1 and a 0–100 reward:
-
-  - ``kl_excess``: mean over steps of huber(max(0, KL/target_kl − 1)) — 0 at or below the target, quadratic
-    just above it (no cliff: a run sitting at its target is not ranked by KL noise), linear far above;
-    ``target_kl`` is in the units of the KL the algorithm logs (GRPO/RLOO ``kl``: per token; PPO
+  - ``kl_excess``: mean over steps of log(1 + huber(max(0, KL/target_kl − 1))) — 0 at or below the target,
+    quadratic just above it (no cliff: a run sitting at its target is not ranked by KL noise), log-linear far
+    above. ``target_kl`` is in the units of the KL the algorithm logs (GRPO/RLOO ``kl``: per token; PPO
     ``objective/kl``: summed over the completion) and defaults to ``algo.target_kl`` (PPO) or 0.1 per token;
   - ``kl_negative``: mean over steps of max(0, −KL)/target_kl (PPO's k1 estimate going negative: sampling
     and scoring disagree);
-  - ``entropy_collapse``: how far entropy fell from the first to the late window beyond ``entropy_drop_free``
-    (0 … 1: 1 = to zero); ``entropy_blowup``: how far it rose beyond ``entropy_rise_free`` (the policy is
-    turning to noise);
+  - ``entropy_collapse``: the entropy's relative fall from the first to the late window beyond
+    ``entropy_drop_free``, rescaled to 0 … 1 (1 = to zero); ``entropy_blowup``: its relative rise beyond
+    ``entropy_rise_free`` (the policy is turning to noise);
   - ``value_loss_spikes`` / ``grad_norm_spikes``: steps where PPO's value loss (``loss/value_avg``) or the
-    gradient norm exceeded 10× the median of the steps before them, 0 … 1 (1 = three such steps, or 5 % of the
-    run);
+    gradient norm exceeded 10× the median of the steps before them (after a warm-up), 0 … 1 (1 = three such
+    steps, or 5 % of the run);
   - ``mode_collapse``: mean ``frac_reward_zero_std`` beyond ``zero_std_free`` (groups without learning signal);
   - ``non_finite``: fraction of logged steps with a NaN/inf reward, loss, KL, entropy or gradient norm.
 
@@ -44,8 +45,9 @@ every k steps gives the same value. On the reward curve r (TRL ``reward``, PPO `
 ``objective=pareto`` returns two values to a multi-objective study: (late_reward, instability), instability
 being the sum of the penalty terms above.
 
-Not Chan et al.'s metrics: those are reported as ``stability/*`` (:mod:`sweeprl.analysis.stability`, checked
-against the reference formulas); this objective is built for ranking runs of one sweep and says so here.
+These are not Chan et al.'s metrics, which are reported as ``stability/*`` (:mod:`sweeprl.analysis.stability`,
+checked against the reference formulas): they are per logged point over the whole run, and an objective that
+must not depend on the logging frequency, and must not tax a run for the noise of learning, cannot be.
 """
 
 from __future__ import annotations
