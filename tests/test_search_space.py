@@ -6,7 +6,7 @@ import pytest
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
 from hydra_plugins.sweeprl_sweeper.search_space import SearchSpaceError, format_value, parse_search_space
-from hydra_plugins.sweeprl_sweeper.sweeper import _grid_of
+from hydra_plugins.sweeprl_sweeper.search_space import grid_of as _grid_of
 
 
 def dist(expr: str):

@@ -1,9 +1,10 @@
 """What a running sweep shows in the terminal.
 
 On a TTY, a rich live panel under the scrolling log: trials finished / running / pruned / failed of
-``n_trials``, the best objective so far with its params, one row per running trial (its step of
-``max_steps`` and current reward, read from the tail of its ``metrics.jsonl``) and an ETA. Elsewhere (CI,
-SLURM logs, pipes) one plain line per finished trial with the same counts, so a log file tells the story too.
+``n_trials``, the best objective so far with its params, one row per running trial (its elapsed time and params,
+plus the app's own columns from the hooks — sweeprl shows the step and current reward and KL) and an ETA.
+Elsewhere (CI, SLURM logs, pipes) one plain line per finished trial with the same counts, so a log file tells the
+story too.
 
 The sweeper calls :meth:`SweepProgress.trial_started` / :meth:`trial_finished` from its loop; the live panel
 refreshes itself from a background thread (rich's auto-refresh), so it keeps moving while an in-process trial
@@ -11,23 +12,16 @@ trains on the main thread. While the panel is up, Python logging handlers that w
 through rich's console instead, so log lines scroll above the panel instead of tearing it.
 """
 
-from __future__ import annotations
-
 import logging
 import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from rich.console import Console, Group
-from rich.live import Live
-from rich.table import Table
-from rich.text import Text
-
-from sweeprl import trial_record
-
+# Hydra's plugin scan executes this module on every command: rich is imported where it is used, and the dataclass
+# has no string annotations.
 MODES = ("auto", "live", "plain", "off")
 
 
@@ -58,19 +52,23 @@ class SweepProgress:
         study_name: str,
         n_trials: int,
         *,
-        max_steps: Optional[int] = None,
         parallel: int = 1,
         mode: str = "auto",
-        console: Optional[Console] = None,
+        console: Any = None,  # a rich Console
         maximize: bool = True,
+        columns: Sequence[str] = (),
+        detail: Optional[Callable[[Path], Sequence[str]]] = None,
     ):
         if mode not in MODES:
             raise ValueError(f"hydra.sweeper.progress={mode!r}; allowed: {', '.join(MODES)}")
         self.study_name = study_name
         self.n_trials = n_trials
-        self.max_steps = max_steps
+        self.columns = tuple(columns)  # the app's columns of a running trial, and their cells (detail)
+        self.detail = detail
         self.parallel = max(1, parallel)
         self.maximize = maximize
+        from rich.console import Console
+
         self.console = console or Console(highlight=False, stderr=False)
         self.mode = mode if mode != "auto" else ("live" if self.console.is_terminal else "plain")
         self.counts = {"COMPLETE": 0, "PRUNED": 0, "FAIL": 0}
@@ -80,7 +78,7 @@ class SweepProgress:
         self.durations: List[float] = []
         self.started = time.monotonic()
         self._lock = threading.Lock()
-        self._live: Optional[Live] = None
+        self._live: Any = None  # rich.live.Live while the panel is up
         self._handlers: List[tuple[logging.StreamHandler, Any]] = []
 
     # ------------------------------------------------------------------ events
@@ -140,45 +138,30 @@ class SweepProgress:
         return "; ".join(parts)
 
     # ------------------------------------------------------------------ live panel
-    def render(self) -> Group:
+    def render(self) -> Any:
+        from rich.console import Group
+        from rich.table import Table
+        from rich.text import Text
+
         with self._lock:
             running = sorted(self.running.values(), key=lambda r: r.number)
             header = Text(f"sweep {self.study_name}: ", style="bold")
             header.append(self.status_line())
         table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
-        for col, justify in (
-            ("trial", "right"),
-            ("step", "right"),
-            ("reward", "right"),
-            ("kl", "right"),
-            ("elapsed", "right"),
-            ("params", "left"),
-        ):
+        columns = [("trial", "right"), *((c, "right") for c in self.columns), ("elapsed", "right"), ("params", "left")]
+        for col, justify in columns:
             table.add_column(col, justify=justify, no_wrap=col != "params")
         now = time.monotonic()
         for run in running:
-            seeds = trial_record.seed_dirs(run.trial_dir)  # multi-seed trials
-            record = (
-                trial_record.last_metrics(run.trial_dir)
-                or (trial_record.last_metrics(seeds[-1]) if seeds else None)
-                or {}
-            )
-            step = record.get("step")
-            step_txt = "-" if step is None else (f"{int(step)}/{self.max_steps}" if self.max_steps else str(int(step)))
-            reward = record.get("reward", record.get("objective/scores"))
-            kl = record.get("kl", record.get("objective/kl"))
-            table.add_row(
-                str(run.number),
-                step_txt,
-                "-" if reward is None else f"{reward:.4g}",
-                "-" if kl is None else f"{kl:.4g}",
-                format_seconds(now - run.started),
-                run.params,
-            )
+            cells = list(self.detail(run.trial_dir)) if self.detail is not None else []
+            cells = (cells + ["-"] * len(self.columns))[: len(self.columns)]
+            table.add_row(str(run.number), *cells, format_seconds(now - run.started), run.params)
         return Group(header, table) if running else Group(header)
 
     def __enter__(self) -> "SweepProgress":
         if self.mode == "live":
+            from rich.live import Live
+
             self._live = Live(
                 get_renderable=self.render,
                 console=self.console,
