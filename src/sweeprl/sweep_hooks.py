@@ -25,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from hydra_plugins.sweeprl_sweeper.hooks import SweepHooks
 from hydra_plugins.sweeprl_sweeper.outcomes import Outcome
+from hydra_plugins.sweeprl_sweeper.results import RESULTS_FILE
 from hydra_plugins.sweeprl_sweeper.search_space import SearchSpace, SearchSpaceError, format_value, quote
 from sweeprl import trial_record
 
@@ -198,7 +199,7 @@ class SweeprlHooks(SweepHooks):
         from sweeprl.study import ranked_rows
         from sweeprl.tracking import ui_command
 
-        results_path = str(Path(self.ctx.sweep_dir) / "optimization_results.yaml")
+        results_path = str(Path(self.ctx.sweep_dir) / RESULTS_FILE)
         rows = ranked_rows(study)
         console.print(trials_table(rows, title=f"study {self.ctx.study_name}: {len(rows)} trials (best first)"))
         if self.tracker and self.parent_run:

@@ -320,7 +320,7 @@ class Scheduler:
                         continue
                 time.sleep(0.2)
             self.budget.end_batch()
-        except KeyboardInterrupt:
+        except BaseException:  # Ctrl-C, an abort: no trial process outlives the driver
             pool.terminate_all()
             raise
         finally:
