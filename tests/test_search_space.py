@@ -6,7 +6,7 @@ import pytest
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
 from hydra_plugins.sweeprl_sweeper.search_space import SearchSpaceError, format_value, parse_search_space
-from hydra_plugins.sweeprl_sweeper.sweeper import _grid_of
+from hydra_plugins.sweeprl_sweeper.search_space import grid_of as _grid_of
 
 
 def dist(expr: str):
@@ -76,3 +76,45 @@ def test_grid_from_finite_space():
 def test_format_value_round_trips_floats():
     assert float(format_value(0.00020867951521511344)) == 0.00020867951521511344
     assert format_value(6) == "6" and format_value("dapo") == "dapo"
+
+
+def test_shuffle_range_is_a_categorical_of_the_ranges_values():
+    assert dist("shuffle(range(0, 4))") == CategoricalDistribution([0, 1, 2, 3])
+
+
+@pytest.mark.parametrize("value", ["dapo", "a,b", "1", "true", "null", "x(y)", "it's", "", "a b", 1, 0.5, True, None])
+def test_format_value_is_override_text_that_parses_back_to_the_value(value):
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = OverridesParser.create().parse_override(f"k={format_value(value)}")
+    assert not parsed.is_sweep_override() and parsed.value() == value and type(parsed.value()) is type(value)
+
+
+@pytest.mark.parametrize(
+    "expr", ["interval(0.0, 0.2)", "tag(log, interval(1e-06, 2e-05))", "range(2, 10, 2)", "choice(a, 'b,c', 3)"]
+)
+def test_format_distribution_is_the_inverse_of_the_grammar(expr):
+    from hydra_plugins.sweeprl_sweeper.search_space import format_distribution
+
+    assert dist(format_distribution(dist(expr))) == dist(expr)
+
+
+def test_deprecated_search_space_converts_and_warns_as_hydra_optuna_sweeper_1_3():
+    from hydra_plugins.sweeprl_sweeper.search_space import distributions_from_config
+
+    old = {
+        "x": {"type": "float", "low": -5.5, "high": 5.5, "step": 0.5},
+        "lr": {"type": "float", "low": 1e-5, "high": 1e-3, "log": True},
+        "n": {"type": "int", "low": 1, "high": 9, "step": 2},
+        "opt": {"type": "categorical", "choices": ["adam", "sgd"]},
+    }
+    with pytest.warns(UserWarning, match="`hydra.sweeper.search_space` is deprecated"):
+        dists = distributions_from_config(old, None)
+    assert dists == {
+        "x": FloatDistribution(-5.5, 5.5, step=0.5),  # the deprecated form includes high
+        "lr": FloatDistribution(1e-5, 1e-3, log=True),
+        "n": IntDistribution(1, 9, step=2),
+        "opt": CategoricalDistribution(["adam", "sgd"]),
+    }
+    with pytest.warns(UserWarning, match="Both hydra.sweeper.params and hydra.sweeper.search_space are configured"):
+        assert distributions_from_config(old, {"y": "choice(0, 1)"}) == {}  # params wins

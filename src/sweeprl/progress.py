@@ -1,227 +1,39 @@
-"""What a running sweep shows in the terminal.
-
-On a TTY, a rich live panel under the scrolling log: trials finished / running / pruned / failed of
-``n_trials``, the best objective so far with its params, one row per running trial (its step of
-``max_steps`` and current reward, read from the tail of its ``metrics.jsonl``) and an ETA. Elsewhere (CI,
-SLURM logs, pipes) one plain line per finished trial with the same counts, so a log file tells the story too.
-
-The sweeper calls :meth:`SweepProgress.trial_started` / :meth:`trial_finished` from its loop; the live panel
-refreshes itself from a background thread (rich's auto-refresh), so it keeps moving while an in-process trial
-trains on the main thread. While the panel is up, Python logging handlers that wrote to the terminal write
-through rich's console instead, so log lines scroll above the panel instead of tearing it.
-"""
+"""sweeprl's columns of the sweeper's live panel: a running trial's step of ``algo.max_steps`` and its current reward
+and KL, read from the tail of its ``metrics.jsonl`` (the panel itself is the sweeper plugin's
+:mod:`hydra_plugins.sweeprl_sweeper.progress`)."""
 
 from __future__ import annotations
 
-import logging
-import sys
-import threading
-import time
-from dataclasses import dataclass, field
+import functools
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, List, Optional
 
-from rich.console import Console, Group
-from rich.live import Live
-from rich.table import Table
-from rich.text import Text
-
+from hydra_plugins.sweeprl_sweeper.progress import MODES, best_of, format_seconds
+from hydra_plugins.sweeprl_sweeper.progress import SweepProgress as _Panel
 from sweeprl import trial_record
 
-MODES = ("auto", "live", "plain", "off")
+__all__ = ["COLUMNS", "MODES", "SweepProgress", "best_of", "format_seconds", "running_detail"]
+
+COLUMNS = ("step", "reward", "kl")
 
 
-def format_seconds(seconds: Optional[float]) -> str:
-    if seconds is None:
-        return "-"
-    seconds = max(0, int(round(seconds)))
-    if seconds < 60:
-        return f"{seconds}s"
-    if seconds < 3600:
-        return f"{seconds // 60}m{seconds % 60:02d}s"
-    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+def running_detail(trial_dir: Path, max_steps: Optional[int] = None) -> List[str]:
+    """The step (of ``max_steps``), reward and KL of a running trial, from its last metrics record (for a
+    multi-seed trial, its last seed dir's)."""
+    seeds = trial_record.seed_dirs(trial_dir)
+    record = trial_record.last_metrics(trial_dir) or (trial_record.last_metrics(seeds[-1]) if seeds else None) or {}
+    step = record.get("step")
+    step_txt = "-" if step is None else (f"{int(step)}/{max_steps}" if max_steps else str(int(step)))
+    reward = record.get("reward", record.get("objective/scores"))
+    kl = record.get("kl", record.get("objective/kl"))
+    return [step_txt, "-" if reward is None else f"{reward:.4g}", "-" if kl is None else f"{kl:.4g}"]
 
 
-@dataclass
-class RunningTrial:
-    number: int
-    params: str
-    trial_dir: Path
-    started: float = field(default_factory=time.monotonic)
+class SweepProgress(_Panel):
+    """The sweeper's panel with sweeprl's step/reward/kl columns."""
 
-
-class SweepProgress:
-    """Counts, best trial and running trials of one sweep, shown live (TTY) or as plain lines."""
-
-    def __init__(
-        self,
-        study_name: str,
-        n_trials: int,
-        *,
-        max_steps: Optional[int] = None,
-        parallel: int = 1,
-        mode: str = "auto",
-        console: Optional[Console] = None,
-        maximize: bool = True,
-    ):
-        if mode not in MODES:
-            raise ValueError(f"hydra.sweeper.progress={mode!r}; allowed: {', '.join(MODES)}")
-        self.study_name = study_name
-        self.n_trials = n_trials
+    def __init__(self, study_name: str, n_trials: int, *, max_steps: Optional[int] = None, **kwargs: Any):
+        kwargs.setdefault("columns", COLUMNS)
+        kwargs.setdefault("detail", functools.partial(running_detail, max_steps=max_steps))
+        super().__init__(study_name, n_trials, **kwargs)
         self.max_steps = max_steps
-        self.parallel = max(1, parallel)
-        self.maximize = maximize
-        self.console = console or Console(highlight=False, stderr=False)
-        self.mode = mode if mode != "auto" else ("live" if self.console.is_terminal else "plain")
-        self.counts = {"COMPLETE": 0, "PRUNED": 0, "FAIL": 0}
-        self.before = 0  # finished in earlier runs of this study (resume)
-        self.best: Optional[tuple[float, int, str]] = None
-        self.running: Dict[int, RunningTrial] = {}
-        self.durations: List[float] = []
-        self.started = time.monotonic()
-        self._lock = threading.Lock()
-        self._live: Optional[Live] = None
-        self._handlers: List[tuple[logging.StreamHandler, Any]] = []
-
-    # ------------------------------------------------------------------ events
-    def resume_from(self, finished: int, best: Optional[tuple[float, int, str]]) -> None:
-        """Trials finished before this run, and the study's best so far."""
-        self.before = finished
-        self.best = best
-
-    def trial_started(self, number: int, params: str, trial_dir: Path) -> None:
-        with self._lock:
-            self.running[number] = RunningTrial(number, params, Path(trial_dir))
-
-    def trial_finished(self, number: int, state: str, value: Optional[float] = None, params: str = "") -> None:
-        with self._lock:
-            run = self.running.pop(number, None)
-            if run is not None:
-                self.durations.append(time.monotonic() - run.started)
-                params = params or run.params
-            key = state if state in self.counts else "FAIL"
-            self.counts[key] += 1
-            if state == "COMPLETE" and value is not None:
-                better = self.best is None or (value > self.best[0] if self.maximize else value < self.best[0])
-                if better:
-                    self.best = (value, number, params)
-        if self.mode == "plain":
-            self.console.print(f"progress: {self.status_line()}", soft_wrap=True, highlight=False)
-
-    # ------------------------------------------------------------------ numbers
-    @property
-    def finished(self) -> int:
-        return self.before + sum(self.counts.values()) - self.counts["FAIL"]
-
-    def eta_seconds(self) -> Optional[float]:
-        """Remaining trial-seconds (mean duration of this run's trials) spread over the parallel slots."""
-        if not self.durations:
-            return None
-        mean = sum(self.durations) / len(self.durations)
-        now = time.monotonic()
-        queued = max(0, self.n_trials - self.finished - len(self.running))
-        left = queued * mean + sum(max(0.0, mean - (now - r.started)) for r in self.running.values())
-        return left / self.parallel
-
-    def status_line(self) -> str:
-        c = self.counts
-        parts = [
-            f"{self.finished}/{self.n_trials} finished ({c['COMPLETE']} complete, {c['PRUNED']} pruned, "
-            f"{c['FAIL']} failed this run)",
-            f"{len(self.running)} running",
-        ]
-        if self.best is not None:
-            parts.append(f"best {self.best[0]:.4g} (trial {self.best[1]}: {self.best[2]})")
-        eta = self.eta_seconds() if self.finished < self.n_trials else None
-        parts.append(
-            f"elapsed {format_seconds(time.monotonic() - self.started)}"
-            + (f", ETA {format_seconds(eta)}" if eta is not None else "")
-        )
-        return "; ".join(parts)
-
-    # ------------------------------------------------------------------ live panel
-    def render(self) -> Group:
-        with self._lock:
-            running = sorted(self.running.values(), key=lambda r: r.number)
-            header = Text(f"sweep {self.study_name}: ", style="bold")
-            header.append(self.status_line())
-        table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
-        for col, justify in (
-            ("trial", "right"),
-            ("step", "right"),
-            ("reward", "right"),
-            ("kl", "right"),
-            ("elapsed", "right"),
-            ("params", "left"),
-        ):
-            table.add_column(col, justify=justify, no_wrap=col != "params")
-        now = time.monotonic()
-        for run in running:
-            seeds = trial_record.seed_dirs(run.trial_dir)  # multi-seed trials
-            record = (
-                trial_record.last_metrics(run.trial_dir)
-                or (trial_record.last_metrics(seeds[-1]) if seeds else None)
-                or {}
-            )
-            step = record.get("step")
-            step_txt = "-" if step is None else (f"{int(step)}/{self.max_steps}" if self.max_steps else str(int(step)))
-            reward = record.get("reward", record.get("objective/scores"))
-            kl = record.get("kl", record.get("objective/kl"))
-            table.add_row(
-                str(run.number),
-                step_txt,
-                "-" if reward is None else f"{reward:.4g}",
-                "-" if kl is None else f"{kl:.4g}",
-                format_seconds(now - run.started),
-                run.params,
-            )
-        return Group(header, table) if running else Group(header)
-
-    def __enter__(self) -> "SweepProgress":
-        if self.mode == "live":
-            self._live = Live(
-                get_renderable=self.render,
-                console=self.console,
-                refresh_per_second=2,
-                redirect_stdout=True,
-                redirect_stderr=True,
-                transient=False,
-            )
-            self._live.start()
-            self._route_logging()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        if self._live is not None:
-            self._restore_logging()
-            self._live.stop()
-            self._live = None
-
-    def _route_logging(self) -> None:
-        """Terminal log handlers write through the live console (above the panel) while it is shown."""
-        loggers = [
-            logging.getLogger(),
-            *(lg for lg in logging.Logger.manager.loggerDict.values() if isinstance(lg, logging.Logger)),
-        ]
-        for handler in {h for lg in loggers for h in lg.handlers}:
-            if isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler):
-                if handler.stream in (sys.__stdout__, sys.__stderr__):
-                    self._handlers.append((handler, handler.setStream(sys.stdout)))
-
-    def _restore_logging(self) -> None:
-        for handler, stream in self._handlers:
-            handler.setStream(stream)
-        self._handlers.clear()
-
-
-def best_of(study: Any, maximize: bool, param_text) -> Optional[tuple[float, int, str]]:
-    """(value, number, params) of a single-objective study's best trial, or None."""
-    from optuna.trial import TrialState
-
-    done = [
-        t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if t.values and len(t.values) == 1
-    ]
-    if not done:
-        return None
-    best = max(done, key=lambda t: t.values[0]) if maximize else min(done, key=lambda t: t.values[0])
-    return best.values[0], best.number, param_text(best.params)

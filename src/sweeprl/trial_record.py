@@ -9,7 +9,9 @@ A trial dir (``<sweep dir>/trial_<number>[_seed<seed>]`` in a sweep, ``outputs/<
     diagnosis.md / .json   the post-mortem (:mod:`sweeprl.analysis.diagnosis`)
     completions.jsonl      scored completions (rewards that keep them, e.g. the OCaml reward)
     trial.log              the trial's log (Hydra's job log); trial_process.log for process slots
-    last_50_lines.log      the end of the log of a FAILED trial (written by the sweeper)
+    last_50_lines.log      the end of the log of a FAILED trial (written by sweeprl's sweep hooks)
+    sweeper_result.json    (process slots, launchers other than the basic one) the job's return value or
+                           exception, written for the sweeper plugin, which owns its name and format
 
 Readers and writers go through the functions here; adding a field to what a trial reports is a field of
 :class:`Outcome` (written by :func:`write_outcome`, read by :func:`read_outcome`) plus its readers.
@@ -23,6 +25,10 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Union
 
+# files the sweeper plugin writes into a trial dir for any app: a trial process's output, a job's result
+from hydra_plugins.sweeprl_sweeper.outcomes import RESULT_FILE  # noqa: F401 - part of the trial dir layout
+from hydra_plugins.sweeprl_sweeper.slots import PROCESS_LOG  # noqa: F401 - part of the trial dir layout
+
 PathLike = Union[str, "os.PathLike[str]"]
 
 RESOLVED_CONFIG = "resolved_config.yaml"
@@ -32,7 +38,6 @@ DIAGNOSIS_MD = "diagnosis.md"
 DIAGNOSIS_JSON = "diagnosis.json"
 COMPLETIONS = "completions.jsonl"
 TRIAL_LOG = "trial.log"
-PROCESS_LOG = "trial_process.log"
 FAILURE_TAIL = "last_50_lines.log"
 
 

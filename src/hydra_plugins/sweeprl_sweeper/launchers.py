@@ -7,9 +7,10 @@ launcher and tells the study what the launcher returns. Two things differ from t
   the launcher, so together with another launcher they are refused (:func:`check_launcher`);
 - a job that dies without returning (SLURM timeout or preemption, a SIGKILLed worker, a lost Ray node) makes
   the launcher raise for the whole round (submitit's ``UncompletedJobError``, Ray's ``WorkerCrashedError``), so
-  the results of the round's other jobs would be lost. :func:`recover_round` rebuilds one result per job from
-  the files each trial writes (``objective.json`` in its trial dir): finished trials are COMPLETE or PRUNED as
-  usual, the lost ones FAIL with the launcher's error as reason.
+  the results of the round's other jobs would be lost. Jobs of such launchers run through
+  :class:`~hydra_plugins.sweeprl_sweeper.outcomes.ResultWritingTask`, which leaves a result file in each job's
+  output dir, and :func:`recover_round` turns those files into outcomes: finished trials are COMPLETE or PRUNED
+  as usual, the lost ones FAIL with the launcher's error as reason.
 """
 
 from __future__ import annotations
@@ -19,19 +20,13 @@ import time
 from pathlib import Path
 from typing import List, Optional, Sequence
 
-import optuna
-from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import DictConfig, OmegaConf
 
-from sweeprl import trial_record
+from hydra_plugins.sweeprl_sweeper.outcomes import LostJob, Outcome, from_result_file, read_result
 
 log = logging.getLogger(__name__)
 
 BASIC_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
-
-
-class LostJob(RuntimeError):
-    """The launcher could not collect this trial's job (killed, timed out, preempted, or never started)."""
 
 
 def launcher_name(config: DictConfig) -> str:
@@ -72,27 +67,31 @@ def check_launcher(
 
 
 def recover_round(
-    sweep_dir: str, jobs: Sequence[tuple], error: BaseException, settle_seconds: float, poll: float = 1.0
-) -> List[JobReturn]:
-    """One JobReturn per job of a round whose ``launcher.launch`` raised, from the trial dirs.
+    dirs: Sequence[Path], error: BaseException, settle_seconds: float, n_objectives: int, poll: float = 1.0
+) -> List[Outcome]:
+    """One :class:`Outcome` per job of a round whose ``launcher.launch`` raised, from the jobs' result files.
 
-    ``jobs`` is ``[(trial_number, seed or None), ...]`` in launch order. Jobs of the round may still be running
-    (submitit collects results in order and raises at the first lost job), so this waits until every job has
-    written ``objective.json`` or its trial dir has been quiet (no file changed) for ``settle_seconds``.
+    ``dirs`` are the jobs' output dirs in launch order. Jobs of the round may still be running (submitit collects
+    results in order and raises at the first lost job), so this waits until every job has written its result file
+    or its dir has been quiet (no file changed) for ``settle_seconds``.
     """
     first = str(error).strip().splitlines()
     reason = f"the launcher lost this job: {type(error).__name__}: {' | '.join(first[:3])[:1500] if first else ''}"
-    dirs = [trial_record.trial_dir(Path(sweep_dir).absolute(), n, s) for n, s in jobs]
     since = time.time()
     while True:
         pending = [
-            d for d in dirs if not trial_record.has_outcome(d) and _last_change(d, since) > time.time() - settle_seconds
+            d for d in dirs if read_result(d) is None and _last_change(Path(d), since) > time.time() - settle_seconds
         ]
         if not pending:
             break
         time.sleep(poll)
-    log.warning("launcher error in a round of %d job(s): %s; results recovered from the trial dirs", len(jobs), reason)
-    return [_from_dir(d, reason, error) for d in dirs]
+    log.warning("launcher error in a round of %d job(s): %s; results recovered from the job dirs", len(dirs), reason)
+    outcomes = []
+    for d in dirs:
+        lost = LostJob(reason)
+        lost.__cause__ = error  # the launcher's traceback goes to the trial's failure record
+        outcomes.append(from_result_file(Path(d), n_objectives, lost))
+    return outcomes
 
 
 def _last_change(d: Path, floor: float) -> float:
@@ -100,18 +99,3 @@ def _last_change(d: Path, floor: float) -> float:
         return max([floor, d.stat().st_mtime, *(f.stat().st_mtime for f in d.iterdir() if f.is_file())])
     except OSError:
         return floor
-
-
-def _from_dir(d: Path, reason: str, error: BaseException) -> JobReturn:
-    ret = JobReturn()
-    ret.hydra_cfg = OmegaConf.create({"hydra": {"runtime": {"output_dir": str(d)}}}) if d.is_dir() else None
-    record = trial_record.read_outcome(d)
-    if record is not None and record.pruned:
-        ret.status, ret._return_value = JobStatus.FAILED, optuna.TrialPruned(str(record.prune_reason or "pruned"))
-    elif record is not None and record.values:
-        ret.status, ret._return_value = JobStatus.COMPLETED, list(record.values)
-    else:
-        lost = LostJob(reason)
-        lost.__cause__ = error  # the launcher's traceback goes to the trial's last_50_lines.log
-        ret.status, ret._return_value = JobStatus.FAILED, lost
-    return ret

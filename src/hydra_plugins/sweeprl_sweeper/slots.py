@@ -1,24 +1,26 @@
 """Asynchronous trial slots: each trial in its own process, a finished slot refilled at once.
 
 Hydra's launchers run a list of jobs and return when all of them are done, so one slow trial idles every other
-slot of the batch. :class:`SlotPool` instead runs ``python -m sweeprl <overrides> hydra.run.dir=<trial dir>``
-per trial, one per slot, and the sweeper polls it: whatever finishes is told to the study and its slot gets the
-next trial immediately. Per slot: its devices (``CUDA_VISIBLE_DEVICES``) and a CPU thread budget
-(``OMP_NUM_THREADS``/``MKL_NUM_THREADS`` and torch's thread count) so slots do not oversubscribe the cores.
-A process gets its own session, so a timeout (``trial_timeout``) or Ctrl-C kills the trial with everything it
-started. Output goes to ``trial_process.log`` in the trial dir.
+slot of the batch. :class:`SlotPool` instead runs the app's own command (``python app.py`` / ``python -m pkg``,
+from the hooks) with ``<overrides> hydra.run.dir=<trial dir>`` per trial, one per slot, and the sweeper polls it:
+whatever finishes is told to the study and its slot gets the next trial immediately. The trial's return value comes
+back through the result file that the :class:`~hydra_plugins.sweeprl_sweeper.outcomes.ResultFile` callback writes.
+Per slot: its devices (``CUDA_VISIBLE_DEVICES``) and a CPU thread budget (``OMP_NUM_THREADS``/``MKL_NUM_THREADS``
+and torch's thread count) so slots do not oversubscribe the cores. A process gets its own session, so a timeout
+(``trial_timeout``) or Ctrl-C kills the trial with everything it started. Output goes to ``trial_process.log`` in
+the trial dir.
 """
 
 import os
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
-from sweeprl import trial_record
+PROCESS_LOG = "trial_process.log"
+RESULT_CALLBACK = "++hydra.callbacks.sweeper_result._target_=hydra_plugins.sweeprl_sweeper.outcomes.ResultFile"
 
 
 @dataclass
@@ -33,7 +35,7 @@ class Running:
 
 
 @dataclass
-class Outcome:
+class Exit:
     running: Running
     returncode: Optional[int]
     timed_out: bool
@@ -44,6 +46,7 @@ class SlotPool:
     def __init__(
         self,
         slots: int,
+        command: Sequence[str],
         base_args: Sequence[str],
         devices: Optional[Sequence[Sequence[int]]] = None,
         threads_per_slot: Optional[int] = None,
@@ -55,6 +58,7 @@ class SlotPool:
                 f"hydra.sweeper.devices lists {len(devices)} slot(s) for slots={self.slots}; allowed: one device list "
                 "per slot"
             )
+        self.command = list(command)
         self.base_args = list(base_args)
         self.devices = [list(d) for d in devices] if devices is not None else None
         self.threads = threads_per_slot or max(1, (os.cpu_count() or 1) // self.slots)
@@ -77,8 +81,11 @@ class SlotPool:
 
     def start(self, trial: Any, overrides: Sequence[str], trial_dir: Path, slot: int) -> Running:
         trial_dir.mkdir(parents=True, exist_ok=True)
-        log_file = open(trial_dir / trial_record.PROCESS_LOG, "w")  # noqa: SIM115 - closed when the trial ends
-        cmd = [sys.executable, "-m", "sweeprl", *self.base_args, *overrides, f"hydra.run.dir={trial_dir}"]
+        from hydra_plugins.sweeprl_sweeper.search_space import format_value
+
+        log_file = open(trial_dir / PROCESS_LOG, "w")  # noqa: SIM115 - closed when the trial ends
+        run_dir = f"hydra.run.dir={format_value(str(trial_dir))}"
+        cmd = [*self.command, *self.base_args, *overrides, run_dir, "hydra.mode=RUN", RESULT_CALLBACK]
         log_file.write("# " + " ".join(cmd) + "\n")
         log_file.flush()
         proc = subprocess.Popen(
@@ -96,7 +103,7 @@ class SlotPool:
         self.running[slot] = run
         return run
 
-    def poll(self) -> List[Outcome]:
+    def poll(self) -> List[Exit]:
         """Trials that ended since the last poll (timeouts are killed here)."""
         done = []
         now = time.monotonic()
@@ -111,10 +118,10 @@ class SlotPool:
                 kill_group(run.proc)  # anything the trial left running
                 run.log_file.close()
                 del self.running[slot]
-                done.append(Outcome(run, None if timed_out else rc, timed_out, now - run.started))
+                done.append(Exit(run, None if timed_out else rc, timed_out, now - run.started))
         return done
 
-    def terminate_all(self, grace: float = 10.0) -> List[Outcome]:
+    def terminate_all(self, grace: float = 10.0) -> List[Exit]:
         """Ctrl-C: SIGTERM every trial's process group, SIGKILL after ``grace`` seconds."""
         for run in self.running.values():
             try:

@@ -81,13 +81,9 @@ class Guards:
 
 def load_trial(storage: str, study_name: str, number: int, pruner: Any = None):
     """The live Optuna trial ``number`` of the study (the trial process's end of the channel)."""
-    import optuna
+    from hydra_plugins.sweeprl_sweeper.storage import load_live_trial, make_storage
 
-    from sweeprl.study import make_storage
-
-    study = optuna.load_study(study_name=study_name, storage=make_storage(storage), pruner=pruner)
-    trial_id = study._storage.get_trial_id_from_study_id_trial_number(study._study_id, number)
-    return optuna.trial.Trial(study, trial_id)
+    return load_live_trial(make_storage(storage), study_name, number, pruner=pruner)
 
 
 def pruner_from_hydra() -> Any:

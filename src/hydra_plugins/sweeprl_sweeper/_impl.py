@@ -1,0 +1,299 @@
+"""The sweep, start to end: settings and checks, the study, the loop (:mod:`._scheduling`), the results file.
+
+Written for sweeprl rather than reusing hydra-optuna-sweeper, whose newest release pins optuna<3, breaks with
+current SQLAlchemy, has no pruning and re-numbers jobs on resume (see shared/DESIGN.md); it keeps that plugin's
+keys and behaviour for any Hydra app. The loop is Optuna's ask-and-tell interface: ask up to ``n_jobs`` trials
+(or one per free process slot), turn each into Hydra overrides, run them, tell the results. ``n_trials`` is the
+study's total of finished (COMPLETE or PRUNED) trials, so re-running the same command with a persistent storage
+continues the study where it stopped. What an app adds (checks, overrides, records, reports) comes from its
+:class:`~hydra_plugins.sweeprl_sweeper.hooks.SweepHooks`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from typing import Any, Dict, List, Optional, Sequence
+
+import optuna
+from hydra.core.plugins import Plugins
+from hydra.errors import HydraException
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig, OmegaConf
+
+from hydra_plugins.sweeprl_sweeper._scheduling import (
+    CONFIG_FLAGS,
+    BatchAborted,
+    Scheduler,
+    SweepAborted,
+    param_text,
+)
+from hydra_plugins.sweeprl_sweeper.hooks import SweepContext, load_hooks
+from hydra_plugins.sweeprl_sweeper.launchers import check_launcher, is_basic_launcher
+from hydra_plugins.sweeprl_sweeper.outcomes import ResultWritingTask
+from hydra_plugins.sweeprl_sweeper.progress import MODES, SweepProgress, best_of
+from hydra_plugins.sweeprl_sweeper.results import RESULTS_FILE, finished_count, write_results
+from hydra_plugins.sweeprl_sweeper.search_space import (
+    SearchSpace,
+    SearchSpaceError,
+    distributions_from_config,
+    grid_of,
+    grid_size,
+    parse_search_space,
+    resolve_custom_search_space,
+)
+from hydra_plugins.sweeprl_sweeper.storage import make_storage
+
+log = logging.getLogger(__name__)
+
+__all__ = ["SweepAborted", "SweepImpl"]
+
+
+def _settings(kwargs: Dict[str, Any]) -> Dict[str, Any]:
+    """The sweeper's keys as plain Python values, checked where a bad value would only fail late."""
+    s = dict(kwargs)
+    direction = s.get("direction", "minimize")
+    listed = isinstance(direction, Sequence) and not isinstance(direction, str)
+    s["directions"] = [str(getattr(d, "name", d)) for d in (direction if listed else [direction])]
+    s["params"] = {str(k): str(v) for k, v in (s.get("params") or {}).items()} if s.get("params") is not None else None
+    s["n_trials"] = int(s.get("n_trials", 20))
+    s["n_jobs"] = max(1, int(s.get("n_jobs", 2)))
+    s["max_failure_rate"] = float(s.get("max_failure_rate", 0.0))
+    s["seeds"] = [int(x) for x in s.get("seeds") or []]
+    s["slots"] = max(1, int(s.get("slots", 1)))
+    s["devices"] = [list(d) for d in s["devices"]] if s.get("devices") else None
+    s["trial_timeout"] = float(s["trial_timeout"]) if s.get("trial_timeout") else None
+    s["retries"] = max(0, int(s.get("retries", 0)))
+    s["heartbeat_interval"] = max(1, int(s.get("heartbeat_interval", 10)))
+    s["grace_period"] = int(s["grace_period"]) if s.get("grace_period") else 6 * s["heartbeat_interval"]
+    for key, allowed in (("slot_refill", ("async", "batch")), ("progress", MODES), ("failure_scope", ("batch", "run"))):
+        s.setdefault(key, allowed[0])
+        if s[key] not in allowed:
+            raise SearchSpaceError(f"hydra.sweeper.{key}={s[key]!r}; allowed: {', '.join(allowed)}")
+    return s
+
+
+class SweepImpl:
+    def __init__(
+        self, kwargs: Dict[str, Any], hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
+    ):
+        self.s = _settings(kwargs)
+        self.config = config
+        self.sweep_dir = str(config.hydra.sweep.dir)
+        self.hooks = load_hooks(self.s.get("hooks"))
+        self.custom = resolve_custom_search_space(self.s.get("custom_search_space"))  # errors surface before trial 1
+        if not is_basic_launcher(config):  # jobs in other processes leave a result file (recover_round reads it)
+            task_function = ResultWritingTask(task_function)
+        self.launcher = Plugins.instance().instantiate_launcher(
+            hydra_context=hydra_context, task_function=task_function, config=config
+        )
+        self.ctx = SweepContext(
+            config=config,
+            sweep_dir=self.sweep_dir,
+            study_name=self.s.get("study_name"),
+            storage_url=str(self.s["storage"]) if self.s.get("storage") else None,
+            directions=list(self.s["directions"]),
+            params=dict(self.s["params"] or {}),
+            n_trials=self.s["n_trials"],
+            seeds=list(self.s["seeds"]),
+            report=bool(self.s.get("report", True)),
+            settings=dict(kwargs),
+        )
+        self.n_trials = self.s["n_trials"]
+
+    # ------------------------------------------------------------------------------------ checks
+    def use_processes(self) -> bool:
+        process = self.s.get("process")
+        return process if process is not None else (self.s["slots"] > 1 or self.s["trial_timeout"] is not None)
+
+    def _check_settings(self) -> None:
+        bad = [d for d in self.ctx.directions if d not in ("maximize", "minimize")]
+        if bad:
+            raise SearchSpaceError(
+                f"hydra.sweeper.direction={bad} is invalid; allowed: maximize, minimize (or a list of them)"
+            )
+        if self.n_trials < 1:
+            raise SearchSpaceError(f"hydra.sweeper.n_trials={self.n_trials} is invalid; allowed: an int >= 1")
+        rate = self.s["max_failure_rate"]
+        if not 0 <= rate <= 1:
+            raise SearchSpaceError(f"hydra.sweeper.max_failure_rate={rate} is invalid; allowed: a float in [0, 1]")
+        problem = check_launcher(self.config, self.s["slots"], self.s["trial_timeout"], self.s.get("process"))
+        if problem:  # process slots bypass hydra/launcher: refuse rather than silently run locally
+            raise SearchSpaceError(problem)
+        try:
+            for seed in self.ctx.seeds:
+                self.hooks.seed_overrides(seed)
+            if self.use_processes():
+                self.hooks.job_command()
+        except ValueError as exc:
+            raise SearchSpaceError(str(exc)) from exc
+        if self.ctx.seeds and self.use_processes():
+            raise SearchSpaceError(
+                "hydra.sweeper.seeds is not supported with process slots yet; use slots=1 without trial_timeout"
+            )
+
+    def _space(self, arguments: List[str]) -> tuple[SearchSpace, List[str]]:
+        base = distributions_from_config(self.s.get("search_space"), self.s["params"])
+        space, passthrough = parse_search_space(self.ctx.params, arguments, base)
+        if not space.distributions and self.custom is None:
+            log.info("the search space is empty: every trial runs the same config")
+        return space, passthrough
+
+    # ------------------------------------------------------------------------------------ study
+    def _make_sampler(self, space: SearchSpace) -> optuna.samplers.BaseSampler:
+        node = self.s.get("sampler")
+        if node is None:
+            return optuna.samplers.TPESampler()
+        given = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node)
+        kwargs = {k: v for k, v in given.items() if v is not None}
+        if "n_ehvi_candidates" in given:  # hydra/sweeper/sampler=motpe
+            kwargs.pop("n_ehvi_candidates", None)
+            log.info(
+                "hydra/sweeper/sampler=motpe: Optuna 4 removed MOTPESampler; using TPESampler, which handles "
+                "several objectives (n_ehvi_candidates has no equivalent and is ignored)"
+            )
+        if str(kwargs.get("_target_", "")).endswith("GridSampler"):
+            if kwargs.get("search_space") is None:
+                kwargs["search_space"] = grid_of(space)
+            size = grid_size(kwargs["search_space"])
+            if size < self.n_trials:
+                self.n_trials = self.ctx.n_trials = size
+                log.info(f"Updating num of trials to {self.n_trials} due to using GridSampler.")
+        return _instantiate("sampler", kwargs)
+
+    def _open_study(self, space: SearchSpace) -> tuple[optuna.Study, Any]:
+        url = self.ctx.storage_url or self.hooks.default_storage()
+        self.ctx.storage_url = url
+        try:
+            storage = make_storage(url, self.s["heartbeat_interval"], self.s["grace_period"], self.s["retries"])
+        except Exception as exc:  # noqa: BLE001 - report any driver/URL problem as one clear message
+            raise HydraException(
+                f"hydra.sweeper.storage={url!r} cannot be opened: {type(exc).__name__}: {exc}"
+            ) from exc
+        pruner = self.s.get("pruner")
+        study = optuna.create_study(
+            study_name=self.ctx.study_name,
+            storage=storage,
+            sampler=self._make_sampler(space),
+            pruner=_instantiate("pruner", _plain(pruner)) if pruner is not None else optuna.pruners.NopPruner(),
+            directions=self.ctx.directions,
+            load_if_exists=True,
+        )
+        found = [d.name.lower() for d in study.directions]
+        if found != self.ctx.directions:
+            raise HydraException(
+                f"study '{study.study_name}' in {url} has directions {found}, not {self.ctx.directions}; use another "
+                "hydra.sweeper.study_name"
+            )
+        self.ctx.study_name = study.study_name
+        log.info(f"Study name: {study.study_name}")
+        log.info(f"Storage: {url}")
+        log.info(f"Sampler: {type(study.sampler).__name__}")
+        log.info(f"Directions: {self.ctx.directions}")
+        return study, storage
+
+    # ------------------------------------------------------------------------------------ child processes
+    def config_flags(self) -> List[str]:
+        """The driver's --config-name/--config-dir/--config-path flags, for a trial process of the same app."""
+        flags, argv = [], list(sys.argv[1:])
+        for i, arg in enumerate(argv):
+            flag = arg.split("=", 1)[0]
+            if flag in CONFIG_FLAGS:
+                flags += [arg] if "=" in arg else [arg, *argv[i + 1 : i + 2]]
+        return flags
+
+    def child_hydra_overrides(self) -> List[str]:
+        """The driver's hydra settings (sampler/pruner choices, …) minus what makes it a driver."""
+        drop = ("hydra.mode=", "hydra.sweeper.n_trials", "hydra.run.dir=", "hydra/launcher=")
+        return [o for o in OmegaConf.to_container(self.config.hydra.overrides.hydra) if not o.startswith(drop)]
+
+    # ------------------------------------------------------------------------------------ sweep
+    def sweep(self, arguments: List[str]) -> None:
+        self.hooks.bind(self.ctx)
+        self.hooks.prepare()
+        self._check_settings()
+        space, passthrough = self._space(arguments)
+        self.hooks.check(space)
+        study, storage = self._open_study(space)
+        self.hooks.sweep_started(study)
+        loop = Scheduler(self, study, storage, space, passthrough)
+        loop.fail_stale()  # trials of a driver that died: FAIL, configs re-queued
+        log.info(
+            "study '%s' (%s): %d/%d trials finished; search space: %s",
+            study.study_name,
+            self.ctx.storage_url or "in memory",
+            finished_count(study),
+            self.n_trials,
+            ", ".join(f"{k}={v}" for k, v in space.distributions.items()) or "(none)",
+        )
+        started = time.monotonic()
+        loop.progress = self._make_progress(study)
+        batch_aborted: Optional[BatchAborted] = None
+        try:
+            with loop.progress:
+                loop.run_slots() if self.use_processes() else loop.run_rounds()
+        except SweepAborted:
+            loop.fail_unfinished("the sweep was aborted (max_failure_rate)")
+            self._finish(study, started, status="FAILED")
+            raise
+        except BatchAborted as exc:
+            loop.fail_unfinished("the sweep was aborted (max_failure_rate)")
+            self._finish(study, started, status="FAILED")
+            batch_aborted = exc
+        except KeyboardInterrupt:
+            loop.fail_unfinished("interrupted (Ctrl-C)")
+            log.warning(
+                "interrupted: running trials were stopped and marked FAIL; the study is consistent. "
+                "Re-run the same command to continue."
+            )
+            self._finish(study, started, status="KILLED")
+            raise
+        if batch_aborted is not None:
+            batch_aborted.reraise()  # outside the handler: the job's own exception and traceback, nothing chained
+        self._finish(study, started, status="FINISHED")
+
+    def _make_progress(self, study: optuna.Study) -> SweepProgress:
+        maximize = self.ctx.directions[0] == "maximize"
+        progress = SweepProgress(
+            str(study.study_name),
+            self.n_trials,
+            parallel=self.s["slots"] if self.use_processes() else self.s["n_jobs"],
+            mode=self.s["progress"],
+            console=self.hooks.console(),
+            maximize=maximize,
+            columns=self.hooks.progress_columns(),
+            detail=self.hooks.progress_detail,
+        )
+        best = best_of(study, maximize, param_text) if len(self.ctx.directions) == 1 else None
+        progress.resume_from(finished_count(study), best)
+        return progress
+
+    def _finish(self, study: optuna.Study, started: float, status: str) -> Dict[str, Any]:
+        os.makedirs(self.sweep_dir, exist_ok=True)
+        results = write_results(study, os.path.join(self.sweep_dir, RESULTS_FILE))
+        if "solutions" in results:
+            log.info(f"Number of Pareto solutions: {len(results['solutions'])}")
+            for sol in results["solutions"]:
+                log.info(f"    Values: {sol['values']}, Params: {sol['params']}")
+        else:
+            log.info(f"Best parameters: {results.get('best_params')}")
+            log.info(f"Best value: {results.get('best_value')}")
+        self.hooks.sweep_finished(study, results, status, time.monotonic() - started)
+        return results
+
+
+def _plain(node: Any) -> Dict[str, Any]:
+    return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node)
+
+
+def _instantiate(what: str, given: Dict[str, Any]) -> Any:
+    """Instantiate a sampler/pruner config; None-valued arguments mean "Optuna's default" and are not passed."""
+    from hydra.utils import instantiate
+
+    kwargs = {k: v for k, v in given.items() if v is not None}
+    try:
+        return instantiate({**kwargs, "_convert_": "all"})
+    except Exception as exc:  # noqa: BLE001 - unknown class or argument
+        raise HydraException(f"hydra.sweeper.{what} cannot be created from {given}: {exc}") from exc
