@@ -252,7 +252,7 @@ class SweeprlSweeperConf:
     # never count toward n_trials; with either scope a run stops after max_failure_rate x n_trials failures.
     failure_scope: str = "batch"
     # dotted path of a hydra_plugins.sweeprl_sweeper.hooks.SweepHooks subclass that adds an app's own checks,
-    # overrides, records and reports (sweeprl's conf sets sweeprl.sweep_hooks.SweeprlHooks); None = none
+    # overrides, records and reports (sweeprl's conf sets sweeprl.cli.sweep_hooks.SweeprlHooks); None = none
     hooks: Optional[str] = None
     # run every sampled config once per seed (needs hooks that say how a seed reaches the app)
     seeds: Optional[List[int]] = None

@@ -1,4 +1,4 @@
-"""sweeprl's hooks into the sweeper plugin (``hydra.sweeper.hooks: sweeprl.sweep_hooks.SweeprlHooks`` in
+"""sweeprl's hooks into the sweeper plugin (``hydra.sweeper.hooks: sweeprl.cli.sweep_hooks.SweeprlHooks`` in
 conf/config.yaml): everything the sweeper does for a sweeprl sweep beyond what it does for any Hydra app.
 
 - before the study: ``objective=pareto`` makes the study two-objective; ``+sweep_from=<diagnosis.json>`` replaces
