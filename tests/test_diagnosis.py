@@ -92,6 +92,10 @@ CASES = {
     "value_loss_spike": lambda: ppo(**{"loss/value_avg": spiked(0.5 + 0.01 * np.sin(T), 45, 50.0)}),
     "explained_variance_negative": lambda: ppo(**{"val/explained_var": 0.2 - 0.8 * T / N}),
     "reward_collapse": peak_then_collapse,
+    "reward_dip": lambda: healthy(
+        reward=np.where((T > 25) & (T < 40), 0.15, 0.2 + 0.6 * (1 - np.exp(-T / 10)))
+        + np.random.default_rng(8).normal(0, 0.02, N)
+    ),
     "reward_flat": lambda: healthy(reward=0.3 + np.random.default_rng(3).normal(0, 0.005, N)),
     "reward_below_target": lambda: healthy(),  # with target_reward=0.95
     "reward_variance_rising": lambda: healthy(

@@ -39,6 +39,7 @@ PRIORITY = (
     ("non_finite",),
     (
         "reward_collapse",
+        "reward_dip",
         "entropy_collapse",
         "entropy_rising",
         "kl_above_target",

@@ -131,8 +131,21 @@ def _trial_dir(path: Path) -> RunHistory:
     if hydra_file.is_file():
         hydra = (yaml.safe_load(hydra_file.read_text()) or {}).get("hydra", {})
         params = ((hydra.get("sweeper") or {}).get("params")) or {}
-        run.sweep_params = {str(k): str(v) for k, v in params.items()}
+        run.sweep_params = {str(k): resolve_text(str(v), resolved) for k, v in params.items()}
     return run
+
+
+def resolve_text(text: str, resolved: Optional[Dict[str, Any]]) -> str:
+    """A search-space string from ``.hydra/hydra.yaml`` with its ``${...}`` interpolations (the sweep presets'
+    ``${search_space.learning_rate.0}``) filled in from the trial's resolved config; unchanged when that fails."""
+    if "${" not in text or not resolved:
+        return text
+    from omegaconf import OmegaConf
+
+    try:
+        return str(OmegaConf.create({**resolved, "__text": text}).__text)
+    except Exception:  # noqa: BLE001 - an interpolation the resolved config cannot fill
+        return text
 
 
 def _mlflow_run(run_id: str, tracking_uri: Optional[str]) -> RunHistory:

@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 
-from hydra_plugins.sweeprl_sweeper.search_space import format_distribution, parse_search_space
+from hydra_plugins.sweeprl_sweeper.search_space import format_distribution, format_number, parse_search_space
 from sweeprl.analysis.advice import LOG_PARAMS, config_path, generation_batch
 from sweeprl.formatting import num
 
@@ -58,6 +58,10 @@ def _range(
         step = dist.step
         return format_distribution(FloatDistribution(lo, max(hi, lo + step), step=step))
     return format_distribution(FloatDistribution(lo, hi if hi > lo else lo * 1.5 + 1e-12, log=log))
+
+
+def _text(value: Any) -> str:
+    return format_number(value) if isinstance(value, float) else str(value)
 
 
 def _is_log(path: str, dist: Optional[BaseDistribution]) -> bool:
@@ -97,12 +101,16 @@ def from_run(
         if not isinstance(target, (int, float)) or target <= 0:
             continue
         dist = dists.get(path)
-        log = _is_log(path, dist)
-        lo, hi = (target / LOG_WIDEN, target * LOG_WIDEN) if log else (target * 0.8, target * 1.25)
-        params[path] = _range(path, dist, lo, hi, log, groups)
         was = f" of {num(current, 3)}" if current is not None else ""
         verb = "raise" if direction == "increase" else "lower"
         reasons[path] = f"{verb} {param} (to {num(target, 3)}{was})"
+        if dist is None:  # not swept: the next sweep runs it at the recommended value
+            params[path] = _text(c.get("value", target))
+            reasons[path] += "; fixed, it was not swept"
+            continue
+        log = _is_log(path, dist)
+        lo, hi = (target / LOG_WIDEN, target * LOG_WIDEN) if log else (target * 0.8, target * 1.25)
+        params[path] = _range(path, dist, lo, hi, log, groups)
     return {"params": params, "reasons": reasons}
 
 

@@ -8,6 +8,7 @@ from typing import Optional
 import numpy as np
 
 from sweeprl.analysis import keys
+from sweeprl.analysis.curves import max_drawdown
 from sweeprl.analysis.rules.base import SHORT, Finding, View, first_sustained, flat_shape, shape, trend_test
 from sweeprl.formatting import num
 
@@ -41,6 +42,37 @@ def f_reward_collapse(v: View) -> Optional[Finding]:
         ),
         confidence=v.confidence(drop / gain, v.th.collapse_drop, 0.75),
         onset=int(s["peak_step"]),
+    )
+
+
+def f_reward_dip(v: View) -> Optional[Finding]:
+    """The reward fell far below its best mid-run and came back: it did not end collapsed, but the policy went
+    through a collapse on the way (what a lower learning rate avoids)."""
+    r = v.reward
+    if r.n < 8 or f_reward_collapse(v) is not None:
+        return None
+    s = shape(v)
+    blocks = r.blocks(10)
+    fall, peak_step, trough_step = max_drawdown(blocks)
+    gain = float(blocks.values[: int(np.searchsorted(blocks.steps, peak_step)) + 1].max() - s["start"])
+    if gain < v.th.flat_gain * s["scale"] or fall < v.th.collapse_drop * gain:
+        return None
+    trough = float(blocks.values[int(np.searchsorted(blocks.steps, trough_step))])
+    return Finding(
+        "reward_dip",
+        "warning",
+        f"reward fell from {num(trough + fall, 3)} (around step {int(peak_step)}) to {num(trough, 3)} (around step "
+        f"{int(trough_step)}), {fall / gain:.0%} of what it had gained, then came back to {num(s['late'], 3)}",
+        [int(peak_step), int(trough_step)],
+        "an update too large for the state the policy had reached threw it back; it relearned, but the run paid the "
+        "steps and could as well have ended at the bottom",
+        v.rec(
+            "Lower the learning rate (or raise the KL coefficient to hold the policy near what it had learned).",
+            v.change("learning_rate", "decrease", 0.5),
+            v.change("kl_coef", "increase", 1.5),
+        ),
+        confidence=v.confidence(fall / gain, v.th.collapse_drop, 0.65),
+        onset=int(peak_step),
     )
 
 
