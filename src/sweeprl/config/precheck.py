@@ -20,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from sweeprl.config import CONFIG_DIR
-from sweeprl.config.validate import ConfigValidationError, validate
+from sweeprl.config.validate import ConfigValidationError, validate_once
 
 FLAGS_WITH_VALUE = {"--cfg", "-c", "--package", "-p", "--experimental-rerun"}
 SKIP_FLAGS = {
@@ -161,7 +161,7 @@ def check(argv: List[str]) -> Tuple[Optional[str], Optional[DictConfig]]:
     except (HydraException, OmegaConfBaseException, ValueError) as exc:
         return explain(exc, kept), None
     try:
-        validate(cfg)
+        validate_once(cfg)  # the trial of this process will not validate the same config again
     except ConfigValidationError as exc:
         return str(exc), None
     return None, cfg
