@@ -139,11 +139,21 @@ def test_logging_never_waits_for_a_slow_store(tmp_path, monkeypatch):
     assert sum(slow_calls) == 200 and len(slow_calls) < 20  # batched, not one call per step
 
 
-def test_a_dead_worker_does_not_stop_the_trial(tmp_path):
+@pytest.mark.parametrize("in_process", [False, True], ids=["worker process", "thread"])
+def test_a_dead_executor_does_not_stop_the_trial(tmp_path, monkeypatch, in_process):
+    from sweeprl import tracking_worker
     from sweeprl.tracking_worker import TrialRun
 
-    run = TrialRun(f"sqlite:///{tmp_path}/mlflow.db", "bench", "t", {}, {}, in_process=False)
-    run._proc.kill()
+    if in_process:
+
+        def broken_store(uri, commands, reply):
+            next(iter(commands))
+            raise RuntimeError("the store went away")
+
+        monkeypatch.setattr(tracking_worker, "serve", broken_store)
+    run = TrialRun(f"sqlite:///{tmp_path}/mlflow.db", "bench", "t", {}, {}, in_process=in_process)
+    if not in_process:
+        run._proc.kill()
     for step in range(50):
         run.log_metrics([("reward", 1.0, step)])
     t0 = time.perf_counter()

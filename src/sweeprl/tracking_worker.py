@@ -186,11 +186,10 @@ class TrialRun:
         try:
             serve(self.uri, _coalesced(self._queue, interval), self._reply)
         except Exception as exc:  # noqa: BLE001 - tracking must never kill a trial
+            self._dead = True
             log.warning(
                 "MLflow tracking thread failed (%s: %s); the rest of this run is not tracked", type(exc).__name__, exc
             )
-            while self._queue.get() is not None:
-                pass
         finally:
             self._started.set()
 
