@@ -225,6 +225,10 @@ def main(argv: Optional[List[str]] = None) -> None:
     """Worker process: commands as JSON lines on stdin, the start reply as one JSON line on stdout."""
     args = sys.argv[1:] if argv is None else argv
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the trial ends the run
+    try:
+        os.nice(10)  # never compete with the training threads for a core; nothing here is latency-critical
+    except OSError:
+        pass
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     replies = os.fdopen(os.dup(sys.stdout.fileno()), "w")  # replies only; anything a library prints -> stderr
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
@@ -234,6 +238,8 @@ def main(argv: Optional[List[str]] = None) -> None:
         replies.flush()
 
     serve(args[0], (json.loads(line) for line in sys.stdin if line.strip()), reply)
+    logging.shutdown()
+    os._exit(0)  # everything is committed; the trial waits for this exit, not for tearing down MLflow's modules
 
 
 if __name__ == "__main__":
