@@ -62,10 +62,11 @@ def trainer_view(resolved):
     from omegaconf import OmegaConf
 
     from sweeprl.models.loading import DeviceSettings
-    from sweeprl.training.trl_trainers import trainer_kwargs
+    from sweeprl.training.trl_trainers import trainer_kwargs, trl_classes
 
     device = DeviceSettings(use_cpu=True, bf16=False, description="cpu")
-    return trainer_kwargs(OmegaConf.create(resolved), "/tmp/x", device, {}, [1.0])
+    cfg = OmegaConf.create(resolved)
+    return trainer_kwargs(cfg, trl_classes(cfg.algo.name)[0], "/tmp/x", device, {}, [1.0])
 
 
 def top_recommendation(diagnosis):

@@ -1,6 +1,7 @@
 """Steps/s of one sweeprl trial vs. the same settings in a bare TRL script, measured side by side.
 
-Both run as fresh processes, alternating, ``--repeats`` times each, on the same tiny model; the figure is TRL's
+Both run as fresh processes, in alternating pairs (sweeprl first, then bare first, …), ``--repeats`` times each,
+after one unmeasured sweeprl warm-up run, on the same tiny model; the figure is TRL's
 own ``train_runtime`` (the training loop: generation, reward, update) for ``--steps`` updates, plus the whole
 process wall time (imports, model load, MLflow logging) for context. sweeprl runs exactly as a user would,
 MLflow on. Prints a table and the ratio; ``--write`` updates BENCHMARKS.md.
@@ -81,9 +82,14 @@ def main() -> None:
         )
         model_dir = model_path(mcfg)
         sw, bare = [], []
+        run_sweeprl(tmp, 2, cache)  # warm-up, not measured: creates the MLflow store and the file caches
         for i in range(args.repeats):
-            sw.append(run_sweeprl(tmp, args.steps, cache))
-            bare.append(run_bare(tmp, args.steps, model_dir))
+            if i % 2 == 0:  # alternate which runs first, so a drift in machine load does not favour one side
+                sw.append(run_sweeprl(tmp, args.steps, cache))
+                bare.append(run_bare(tmp, args.steps, model_dir))
+            else:
+                bare.append(run_bare(tmp, args.steps, model_dir))
+                sw.append(run_sweeprl(tmp, args.steps, cache))
             print(
                 f"repeat {i + 1}: sweeprl train {sw[-1]['train_runtime']:.2f}s (wall {sw[-1]['wall']:.1f}s) | "
                 f"bare TRL train {bare[-1]['train_runtime']:.2f}s (wall {bare[-1]['wall']:.1f}s)",

@@ -27,6 +27,7 @@ CASES = [
     (["algo.max_steps=0"], "algo.max_steps=0 is invalid"),
     (["algo.loss_type=ppo"], "algo.loss_type='ppo' is invalid"),
     (["algo.scale_rewards=maybe"], "algo.scale_rewards='maybe' is invalid"),
+    (["+algo.extra.learning_rate=0.5"], "set algo.learning_rate=0.5 instead"),
     (["lora.dropout=1.5"], "lora.dropout=1.5 is invalid"),
     (["model.source=cloud"], "model.source='cloud' is invalid"),
     (["model.dtype=int4"], "model.dtype='int4' is invalid"),

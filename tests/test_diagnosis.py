@@ -269,17 +269,17 @@ def effective(cfg_dict):
     if cfg.algo.name == "ppo":
         from dataclasses import asdict
 
-        from sweeprl.config.ppo import as_ppo_config
+        from sweeprl.config.algos.ppo import as_ppo_config
 
         algo = asdict(as_ppo_config(cfg.algo))
         algo["kl"] = algo.pop("beta") if algo["beta"] is not None else algo["init_kl_coef"]  # what PPO starts from
         algo.pop("init_kl_coef")
         return {**algo, "generation": dict(cfg.generation)}
     from sweeprl.models.loading import DeviceSettings
-    from sweeprl.training.trl_trainers import trainer_kwargs
+    from sweeprl.training.trl_trainers import trainer_kwargs, trl_classes
 
     device = DeviceSettings(use_cpu=True, bf16=False, description="cpu")
-    return trainer_kwargs(cfg, "/tmp/x", device, {}, [1.0])
+    return trainer_kwargs(cfg, trl_classes(cfg.algo.name)[0], "/tmp/x", device, {}, [1.0])
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ import torch
 from omegaconf import OmegaConf
 from transformers import TrainerCallback
 
-from sweeprl.config.ppo import PPOAlgoConfig, as_ppo_config, ppo_cross_checks, ppo_problems, ppo_rules
+from sweeprl.config.algos.ppo import PPOAlgoConfig, as_ppo_config, ppo_cross_checks, ppo_problems, ppo_rules
 from sweeprl.config.schema import GenerationConfig, TinyModelSpec
 from sweeprl.config.validate import ConfigValidationError
 from sweeprl.training.ppo import (

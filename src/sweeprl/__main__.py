@@ -1,4 +1,4 @@
-"""Command line entry point: ``python -m sweeprl`` / ``sweeprl``.
+"""Command line entry point: ``python -m sweeprl`` / ``sweeprl``. Dispatch only; the commands live in cli/.
 
 ``python -m sweeprl [hydra overrides]``        one trial (e.g. experiment=quickstart algo.learning_rate=3e-4)
 ``python -m sweeprl -m [overrides] sweep=...``  an Optuna sweep through the sweeprl Hydra sweeper
@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import importlib
 import sys
 from typing import List, Optional
 
@@ -18,38 +19,15 @@ SUBCOMMANDS = {
     "report": "sweeprl.cli.report",
     "trials": "sweeprl.cli.report:trials_main",
 }
+APP = "sweeprl.cli.app"  # everything else: Hydra overrides of one run or a sweep
 
 
 def main(argv: Optional[List[str]] = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
-    if args and args[0] in SUBCOMMANDS:
-        import importlib
-
-        module, _, func = SUBCOMMANDS[args[0]].partition(":")
-        sys.exit(getattr(importlib.import_module(module), func or "main")(args[1:]))
-    printing = any(a in ("--cfg", "-c") or a.startswith("--cfg=") for a in args)
-    if printing:
-        # Hydra refuses --cfg together with --multirun; printing the composed config is what is meant.
-        args = [a for a in args if a not in ("-m", "--multirun")]
-    from sweeprl.config.precheck import check
-
-    problem, cfg = check(args)
-    if problem:
-        print(f"sweeprl: invalid configuration: {problem}", file=sys.stderr)
-        sys.exit(2)
-    if cfg is not None and not printing:
-        from sweeprl.config.preflight import preflight
-
-        problem, args, warnings = preflight(cfg, args)
-        for warning in warnings:
-            print(f"sweeprl: {warning}", file=sys.stderr)
-        if problem:
-            print(f"sweeprl: cannot run here: {problem}", file=sys.stderr)
-            sys.exit(2)
-    from sweeprl.cli.app import run_hydra
-
-    sys.argv = [sys.argv[0] or "sweeprl", *args]
-    run_hydra()
+    module, _, func = SUBCOMMANDS.get(args[0] if args else "", APP).partition(":")
+    if module != APP:
+        args = args[1:]
+    sys.exit(getattr(importlib.import_module(module), func or "main")(args))
 
 
 if __name__ == "__main__":

@@ -165,17 +165,19 @@ class SafeTracker:
 
         self.call("set tags", self.client.log_batch, run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
 
-    def log_metrics(self, run_id: Optional[str], records: Iterable[tuple[str, float, int]]) -> bool:
-        """Log ``(key, value, step)`` triples in one batch; returns False when the batch could not be logged."""
+    def log_metrics(self, run_id: Optional[str], records: Iterable[tuple]) -> bool:
+        """Log ``(key, value, step)`` or ``(key, value, step, timestamp_ms)`` records (batches of 1000, MLflow's
+        limit); returns False when they could not all be logged."""
         if not run_id:
             return False
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
-        metrics = [Metric(k, float(v), now, int(s)) for k, v, s in records]
-        if not metrics:
-            return True
-        return self.call("log metrics", self._log_batch_ok, run_id, metrics, default=False)
+        metrics = [Metric(r[0], float(r[1]), int(r[3]) if len(r) > 3 else now, int(r[2])) for r in records]
+        return all(
+            self.call("log metrics", self._log_batch_ok, run_id, metrics[i : i + 1000], default=False)
+            for i in range(0, len(metrics), 1000)
+        )
 
     def _log_batch_ok(self, run_id: str, metrics: List[Any]) -> bool:
         self.client.log_batch(run_id, metrics=metrics)

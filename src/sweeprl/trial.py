@@ -1,7 +1,8 @@
 """One trial, start to finish: a pure function of its resolved config (plus storage/tracking handles).
 
-validate -> rewards -> device -> model path + tokenizer -> datasets -> MLflow child run -> trainer -> train
--> objective -> trial record / MLflow. What the trial dir holds is :mod:`sweeprl.trial_record`.
+validate (once per process) -> MLflow run (queued, off the training thread) -> rewards -> device -> model path
++ tokenizer -> datasets -> trainer -> train -> objective -> trial record / MLflow. What the trial dir holds is
+:mod:`sweeprl.trial_record`; how the run reaches MLflow is :mod:`sweeprl.tracking_worker`.
 """
 
 from __future__ import annotations
@@ -18,17 +19,10 @@ from omegaconf import DictConfig, OmegaConf
 
 from sweeprl import trial_record
 from sweeprl.analysis.objective import ObjectiveError, ObjectiveResult, compute_objective, objective_metrics
-from sweeprl.config import validate
-from sweeprl.tracking import (
-    PARENT_TAG,
-    TAG_ROLE,
-    TAG_STATE,
-    TAG_STUDY,
-    TAG_TRIAL,
-    SafeTracker,
-    flatten,
-    resolve_uri,
-)
+from sweeprl.config.algos import ALGOS
+from sweeprl.config.validate import validate_once
+from sweeprl.tracking import PARENT_TAG, TAG_ROLE, TAG_STATE, TAG_STUDY, TAG_TRIAL, flatten, resolve_uri
+from sweeprl.tracking_worker import TrialRun
 
 log = logging.getLogger(__name__)
 
@@ -52,14 +46,10 @@ def experiment_name(cfg: DictConfig) -> str:
     return cfg.tracking.experiment_name or cfg.sweeprl.study_name or cfg.name
 
 
-def start_tracking(cfg: DictConfig, resolved: Dict[str, Any]) -> tuple[Optional[SafeTracker], Optional[str]]:
-    """The trial's MLflow run (a child of the sweep's parent run when there is one)."""
+def start_tracking(cfg: DictConfig, resolved: Dict[str, Any]) -> Optional[TrialRun]:
+    """The trial's MLflow run (a child of the sweep's parent run when there is one); returns at once."""
     if not cfg.tracking.enabled:
-        return None, None
-    tracker = SafeTracker(resolve_uri(cfg.tracking.uri))
-    exp_id = tracker.experiment_id(experiment_name(cfg))
-    if exp_id is None:
-        return tracker, None
+        return None
     rt = cfg.sweeprl
     tags = {TAG_ROLE: "trial", TAG_STATE: "RUNNING", "sweeprl.experiment": cfg.name}
     if rt.study_name:
@@ -73,24 +63,19 @@ def start_tracking(cfg: DictConfig, resolved: Dict[str, Any]) -> tuple[Optional[
         if rt.trial_number is not None
         else f"{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     )
-    run_id = tracker.start_run(exp_id, name, tags)
-    if cfg.tracking.log_params:
-        tracker.log_params(run_id, flatten(resolved))
-    return tracker, run_id
+    params = flatten(resolved) if cfg.tracking.log_params else {}
+    return TrialRun(resolve_uri(cfg.tracking.uri), experiment_name(cfg), name, tags, params)
 
 
-def log_completion_sample(tracker: SafeTracker, run_id: Optional[str], path: Path, n: int = 200) -> None:
+def log_completion_sample(run: TrialRun, path: Path, n: int = 200) -> None:
     """The last ``n`` scored completions (rewards that write ``completions.jsonl``) as an MLflow table."""
-    if not run_id or not path.is_file():
+    if not path.is_file():
         return
     rows = [json.loads(line) for line in path.read_text().splitlines()[-n:] if line.strip()]
     if not rows:
         return
     columns = [k for k in rows[0] if not isinstance(rows[0][k], (list, dict))]
-    table = {k: [r.get(k) for r in rows] for k in columns}
-    tracker.call(
-        "log completions table", tracker.client.log_table, run_id, data=table, artifact_file="completions_sample.json"
-    )
+    run.log_table({k: [r.get(k) for r in rows] for k in columns}, "completions_sample.json")
 
 
 def write_diagnosis(history: List[Dict[str, float]], resolved: Dict[str, Any], out: Path, sweep_params: Dict[str, str]):
@@ -126,34 +111,32 @@ def make_pruning_callback(cfg: DictConfig):
     return PruningCallback(cfg, trial)
 
 
-def _end_failed(tracker: Optional[SafeTracker], run_id: Optional[str], recorder: Any, exc: BaseException) -> None:
-    recorder.flush()
-    if tracker:
-        tracker.set_tags(run_id, {TAG_STATE: "FAIL", "sweeprl.fail_reason": f"{type(exc).__name__}: {exc}"[:5000]})
-        tracker.end_run(run_id, "KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED")
+def _end_failed(run: Optional[TrialRun], exc: BaseException) -> None:
+    if run:
+        run.set_tags({TAG_STATE: "FAIL", "sweeprl.fail_reason": f"{type(exc).__name__}: {exc}"[:5000]})
+        run.finish("KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED")
 
 
-def _stopped(cfg, out: Path, tracker, run_id, recorder, pruning, result, resolved, sweep_params, t0) -> TrialResult:
+def _stopped(cfg, out: Path, run, recorder, pruning, result, resolved, sweep_params, t0) -> TrialResult:
     """A guard or the pruner stopped training: keep the partial record, then end as PRUNED (sweep) or return."""
     import optuna
 
-    recorder.flush()
     outcome = trial_record.Outcome.from_dict(result.as_dict()) if result else trial_record.Outcome()
-    outcome.run_id, outcome.pruned, outcome.prune_reason = run_id, True, pruning.reason
+    outcome.run_id, outcome.pruned, outcome.prune_reason = run.run_id if run else None, True, pruning.reason
     outcome.stopped_at_step = pruning.stopped_at
     trial_record.write_outcome(out, outcome)
     diagnosis = write_diagnosis(recorder.history, resolved, out, sweep_params or {}) if recorder.history else None
     in_sweep = cfg.sweeprl.trial_number is not None
-    if tracker:
+    if run:
         if result:
             step = recorder.history[-1]["step"] if recorder.history else 0
-            tracker.log_metrics(run_id, [(k, v, step) for k, v in objective_metrics(result).items()])
-        tracker.set_tags(run_id, {TAG_STATE: "PRUNED" if in_sweep else "STOPPED", "prune_reason": pruning.reason})
+            run.log_metrics([(k, v, step) for k, v in objective_metrics(result).items()])
+        run.set_tags({TAG_STATE: "PRUNED" if in_sweep else "STOPPED", "prune_reason": pruning.reason})
         for path in trial_record.artifacts(out):
-            tracker.log_artifact(run_id, path)
+            run.log_artifact(path)
         if diagnosis:
-            tracker.set_tags(run_id, {f"diag.{f.id}": f.severity for f in diagnosis.findings})
-        tracker.end_run(run_id, "KILLED" if in_sweep else "FINISHED")
+            run.set_tags({f"diag.{f.id}": f.severity for f in diagnosis.findings})
+        run.finish("KILLED" if in_sweep else "FINISHED")
     if in_sweep:
         raise optuna.TrialPruned(pruning.reason)
     if result is None:
@@ -162,7 +145,7 @@ def _stopped(cfg, out: Path, tracker, run_id, recorder, pruning, result, resolve
         result,
         steps=len(recorder.history),
         seconds=time.monotonic() - t0,
-        run_id=run_id,
+        run_id=outcome.run_id,
         output_dir=str(out),
         diagnosis=diagnosis,
         stopped_reason=pruning.reason,
@@ -177,20 +160,73 @@ def run_trial(
     ``progress_bars``: a progress bar (interactive single runs); otherwise one log line per fifth of training.
     """
     t0 = time.monotonic()
-    validate(cfg)  # before anything heavy
+    validate_once(cfg)  # before anything heavy; a no-op when the CLI pre-pass validated this very config
+    out = Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    config_file = trial_record.write_resolved_config(out, resolved)
+    # MLflow starts now, in the background, while the trial imports torch/TRL and loads the model
+    run = start_tracking(cfg, resolved)
+    if run and cfg.tracking.log_config_artifact:
+        run.log_artifact(str(config_file))
     threads = os.environ.get("SWEEPRL_TORCH_THREADS")  # a slot's CPU budget (process slots)
     if threads:
         import torch
 
         torch.set_num_threads(int(threads))
-    out = Path(output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    resolved = OmegaConf.to_container(cfg, resolve=True)
-    config_file = trial_record.write_resolved_config(out, resolved)
+    pruning = None
+    try:
+        trainer, recorder, pruning, fault = _build_trainer(cfg, out, run, progress_bars)
+        trainer.train()
+        result = compute_objective(recorder.history, cfg.objective)
+        if fault and fault.get("objective_nan"):
+            result.value = float("nan")
+    except ObjectiveError as exc:
+        if not (pruning and pruning.reason):
+            _end_failed(run, exc)
+            raise
+        result = None  # stopped before any finite reward: pruned with no value
+    except BaseException as exc:
+        _end_failed(run, exc)
+        raise
+
+    if pruning.reason:
+        return _stopped(cfg, out, run, recorder, pruning, result, resolved, sweep_params, t0)
+
+    outcome = trial_record.Outcome.from_dict(result.as_dict())
+    outcome.run_id, outcome.trainer_summary = run.run_id if run else None, dict(recorder.summary)
+    trial_record.write_outcome(out, outcome)
+    diagnosis = write_diagnosis(recorder.history, resolved, out, sweep_params or {})
+    final_step = recorder.history[-1]["step"] if recorder.history else 0
+    if run:
+        run.log_metrics([(k, v, final_step) for k, v in objective_metrics(result).items()])
+        run.set_tags({TAG_STATE: "COMPLETE"})
+        for path in trial_record.artifacts(out):
+            run.log_artifact(path)
+        log_completion_sample(run, out / trial_record.COMPLETIONS)
+        run.set_tags({f"diag.{f.id}": f.severity for f in diagnosis.findings})
+        run.finish("FINISHED")
+    return TrialResult(
+        result,
+        steps=len(recorder.history),
+        seconds=time.monotonic() - t0,
+        run_id=outcome.run_id,
+        output_dir=str(out),
+        diagnosis=diagnosis,
+    )
+
+
+def _build_trainer(cfg: DictConfig, out: Path, run: Optional[TrialRun], progress_bars: bool):
+    """(trainer, metrics recorder, pruning callback, fault settings) of this trial: rewards, device, tokenizer,
+    datasets, then the algorithm's trainer (TRL's or sweeprl's PPO) with the project's callbacks."""
+    from transformers import AutoTokenizer
 
     from sweeprl.data import build_datasets
     from sweeprl.models.loading import model_init_kwargs, model_path, peft_config, resolve_device
     from sweeprl.rewards import build_reward
+    from sweeprl.rewards.best_of_n import with_best_of_n
+    from sweeprl.training.callbacks import MetricsRecorder, use_progress_display
+    from sweeprl.training.faults import FaultCallback, fault_config
 
     context = {
         "output_dir": str(out),
@@ -201,14 +237,9 @@ def run_trial(
         build_reward(spec.name, OmegaConf.to_container(spec.kwargs, resolve=True), context) for spec in cfg.reward.funcs
     ]
     reward_weights = [float(spec.weight) for spec in cfg.reward.funcs]
-    from sweeprl.rewards.best_of_n import with_best_of_n
-
     reward_funcs = with_best_of_n(reward_funcs, reward_weights, group_size=int(cfg.algo.get("num_generations", 1) or 1))
     device = resolve_device(cfg.sweeprl.device)
     path = model_path(cfg.model)
-
-    from transformers import AutoTokenizer
-
     tokenizer = AutoTokenizer.from_pretrained(
         path, revision=cfg.model.revision, trust_remote_code=cfg.model.trust_remote_code
     )
@@ -216,74 +247,27 @@ def run_trial(
     log.info(
         "trial %s: model=%s device=%s prompts=%d", cfg.sweeprl.trial_number, path, device.description, len(train_ds)
     )
-
-    tracker, run_id = start_tracking(cfg, resolved)
-    if tracker and cfg.tracking.log_config_artifact:
-        tracker.log_artifact(run_id, str(config_file))
-
-    from sweeprl.training.callbacks import MetricsRecorder, use_progress_display
-
-    if cfg.algo.name == "ppo":
-        from sweeprl.training.ppo import build_ppo_trainer as build_trainer
+    if ALGOS[cfg.algo.name].uses_trl:
+        from sweeprl.training.trl_trainers import build_trl_trainer as build
     else:
-        from sweeprl.training.trl_trainers import build_trl_trainer as build_trainer
-
-    recorder = MetricsRecorder(out, tracker, run_id)
+        from sweeprl.training.ppo import build_ppo_trainer as build
+    recorder = MetricsRecorder(out, run)
     pruning = make_pruning_callback(cfg)
-    from sweeprl.training.faults import FaultCallback, fault_config
-
     fault = fault_config(cfg)
-    try:
-        trainer = build_trainer(
-            cfg,
-            model=path,
-            tokenizer=tokenizer,
-            reward_funcs=reward_funcs,
-            reward_weights=reward_weights,
-            train_dataset=train_ds,
-            eval_dataset=eval_ds,
-            output_dir=str(out),
-            device=device,
-            model_init_kwargs=model_init_kwargs(cfg.model, device),
-            peft_config=peft_config(cfg.lora),
-            callbacks=[recorder, pruning] + ([FaultCallback(fault)] if fault else []),
-        )
-        label = f"trial {cfg.sweeprl.trial_number}" if cfg.sweeprl.trial_number is not None else cfg.name
-        use_progress_display(trainer, bars=progress_bars, label=label)
-        trainer.train()
-        result = compute_objective(recorder.history, cfg.objective)
-        if fault and fault.get("objective_nan"):
-            result.value = float("nan")
-    except ObjectiveError as exc:
-        if not pruning.reason:
-            _end_failed(tracker, run_id, recorder, exc)
-            raise
-        result = None  # stopped before any finite reward: pruned with no value
-    except BaseException as exc:
-        _end_failed(tracker, run_id, recorder, exc)
-        raise
-
-    if pruning.reason:
-        return _stopped(cfg, out, tracker, run_id, recorder, pruning, result, resolved, sweep_params, t0)
-
-    outcome = trial_record.Outcome.from_dict(result.as_dict())
-    outcome.run_id, outcome.trainer_summary = run_id, dict(recorder.summary)
-    trial_record.write_outcome(out, outcome)
-    diagnosis = write_diagnosis(recorder.history, resolved, out, sweep_params or {})
-    final_step = recorder.history[-1]["step"] if recorder.history else 0
-    if tracker:
-        tracker.log_metrics(run_id, [(k, v, final_step) for k, v in objective_metrics(result).items()])
-        tracker.set_tags(run_id, {TAG_STATE: "COMPLETE"})
-        for path in trial_record.artifacts(out):
-            tracker.log_artifact(run_id, path)
-        log_completion_sample(tracker, run_id, out / trial_record.COMPLETIONS)
-        tracker.set_tags(run_id, {f"diag.{f.id}": f.severity for f in diagnosis.findings})
-        tracker.end_run(run_id, "FINISHED")
-    return TrialResult(
-        result,
-        steps=len(recorder.history),
-        seconds=time.monotonic() - t0,
-        run_id=run_id,
+    trainer = build(
+        cfg,
+        model=path,
+        tokenizer=tokenizer,
+        reward_funcs=reward_funcs,
+        reward_weights=reward_weights,
+        train_dataset=train_ds,
+        eval_dataset=eval_ds,
         output_dir=str(out),
-        diagnosis=diagnosis,
+        device=device,
+        model_init_kwargs=model_init_kwargs(cfg.model, device),
+        peft_config=peft_config(cfg.lora),
+        callbacks=[recorder, pruning] + ([FaultCallback(fault)] if fault else []),
     )
+    label = f"trial {cfg.sweeprl.trial_number}" if cfg.sweeprl.trial_number is not None else cfg.name
+    use_progress_display(trainer, bars=progress_bars, label=label)
+    return trainer, recorder, pruning, fault

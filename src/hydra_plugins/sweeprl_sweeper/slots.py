@@ -74,6 +74,7 @@ class SlotPool:
             OMP_NUM_THREADS=str(self.threads),
             MKL_NUM_THREADS=str(self.threads),
             SWEEPRL_TORCH_THREADS=str(self.threads),
+            SWEEPRL_PRECHECKED="1",  # the driver checked the space and the tracking URI: no pre-pass (sweeprl.cli.app)
         )
         if self.devices is not None:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(d) for d in self.devices[slot])

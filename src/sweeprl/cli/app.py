@@ -1,10 +1,29 @@
-"""The Hydra application: ``python -m sweeprl [overrides]`` runs one trial, ``-m`` runs a sweep."""
+"""The Hydra application: ``python -m sweeprl [overrides]`` runs one trial, ``-m`` runs a sweep.
+
+:func:`main` is what a command line goes through, once per process:
+
+1. the pre-pass (:mod:`sweeprl.config.precheck`): compose the command line with Hydra's compose API and
+   validate it, so a bad key or value fails with the key, the value and what is allowed, before anything runs;
+2. the preflight (:mod:`sweeprl.config.preflight`): the output dir must be writable, the MLflow URI reachable;
+3. the run: one trial (:func:`trial_task`) or a sweep (the sweeprl sweeper).
+
+A single run (overrides only: no flag, no sweep syntax) is composed exactly once: the config of step 1 is the
+one the job runs with (:func:`run_composed_once` does what ``hydra.main`` does after composing — logging, the
+output dir and its ``.hydra/`` files, callbacks, error report — where ``hydra.main`` would compose twice more).
+Everything else (``-m``, ``--cfg``, ``--help``, …) goes through ``hydra.main`` after the pre-pass.
+
+A trial process that a sweep driver launched (the sweeper's process slots) skips the checks of 1 and 2: the
+driver has already validated the search space and probed the tracking URI, and the trial validates its own
+config once anyway (:func:`sweeprl.config.validate.validate_once`). The driver says so with the environment
+variable :data:`PRECHECKED_ENV` (``SWEEPRL_PRECHECKED=1``), which the slot pool sets for its trial processes.
+"""
 
 from __future__ import annotations
 
 import logging
 import os
-from typing import Any
+import sys
+from typing import Any, List, Optional, Tuple
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -12,8 +31,105 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from sweeprl.config import CONFIG_DIR
+from sweeprl.config.precheck import single_run_overrides
 
 log = logging.getLogger("sweeprl")
+
+#: set to 1 by a sweep driver for the trial processes it launches: skip the pre-pass and preflight (see above)
+PRECHECKED_ENV = "SWEEPRL_PRECHECKED"
+
+
+def main(args: List[str]) -> Optional[int]:
+    """Check the command line (unless a driver did), then run it; 2 = refused before running."""
+    prechecked = os.environ.get(PRECHECKED_ENV) == "1"
+    overrides = single_run_overrides(args)
+    if overrides is not None:
+        code = run_composed_once(overrides, prechecked)
+        if code != "multirun":
+            return code
+    printing = any(a in ("--cfg", "-c") or a.startswith("--cfg=") for a in args)
+    if printing:
+        # Hydra refuses --cfg together with --multirun; printing the composed config is what is meant.
+        args = [a for a in args if a not in ("-m", "--multirun")]
+    if not prechecked:
+        from sweeprl.config.precheck import check
+
+        problem, cfg = check(args)
+        if problem:
+            print(f"sweeprl: invalid configuration: {problem}", file=sys.stderr)
+            return 2
+        if cfg is not None and not printing:
+            problem, args = _preflight(cfg, args)
+            if problem:
+                return 2
+    sys.argv = [sys.argv[0] or "sweeprl", *args]
+    run_hydra()
+    return None
+
+
+def _preflight(cfg: DictConfig, args: List[str]) -> Tuple[Optional[str], List[str]]:
+    from sweeprl.config.preflight import preflight
+
+    problem, args, warnings = preflight(cfg, args)
+    for warning in warnings:
+        print(f"sweeprl: {warning}", file=sys.stderr)
+    if problem:
+        print(f"sweeprl: cannot run here: {problem}", file=sys.stderr)
+    return problem, args
+
+
+def run_composed_once(overrides: List[str], prechecked: bool) -> Any:
+    """One run from its overrides with a single compose: the pre-pass's composed config is the one the job runs
+    with (Hydra's own ``hydra.main`` would compose it twice more: once to read ``hydra.mode``, once to run).
+    Returns the exit code, or ``"multirun"`` when the config itself asks for a sweep (``hydra.mode``)."""
+    from hydra import initialize_config_dir
+    from hydra._internal.callbacks import Callbacks
+    from hydra._internal.utils import run_and_report
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.utils import configure_log, run_job
+    from hydra.types import HydraContext
+    from omegaconf import open_dict
+
+    from sweeprl.config.precheck import compose_run
+
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3", job_name="trial"):
+        problem, cfg = compose_run(overrides, validate=not prechecked)
+        if problem:
+            print(f"sweeprl: invalid configuration: {problem}", file=sys.stderr)
+            return 2
+        if cfg.hydra.mode == RunMode.MULTIRUN:
+            return "multirun"
+        if not prechecked:
+            problem, checked = _preflight(cfg, overrides)
+            if problem:
+                return 2
+            if checked != overrides:  # tracking.fallback_local switched the URI: compose that command line
+                problem, cfg = compose_run(checked, validate=False)
+                if problem:
+                    print(f"sweeprl: invalid configuration: {problem}", file=sys.stderr)
+                    return 2
+        with open_dict(cfg.hydra):
+            cfg.hydra.mode = RunMode.RUN
+        configure_log(cfg.hydra.hydra_logging, cfg.hydra.verbose)
+        callbacks = Callbacks(cfg)
+        context = HydraContext(config_loader=GlobalHydra.instance().config_loader(), callbacks=callbacks)
+
+        def run() -> None:  # as hydra._internal.hydra.Hydra.run does, from the config composed above
+            callbacks.on_run_start(config=cfg, config_name="config")
+            ret = run_job(
+                hydra_context=context,
+                task_function=trial_task,
+                config=cfg,
+                job_dir_key="hydra.run.dir",
+                job_subdir_key=None,
+                configure_logging=True,
+            )
+            callbacks.on_run_end(config=cfg, config_name="config", job_return=ret)
+            _ = ret.return_value  # raises the task's exception, which run_and_report prints like hydra.main
+
+        run_and_report(run)
+    return None
 
 
 def trial_task(cfg: DictConfig) -> Any:

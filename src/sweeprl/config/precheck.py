@@ -8,19 +8,21 @@ keys of that config node, with close matches first, or the field's type and help
 
 from __future__ import annotations
 
+import copy
 import difflib
 import re
 from dataclasses import fields, is_dataclass
 from typing import List, Optional, Tuple
 
 from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from omegaconf.errors import OmegaConfBaseException
 
 from sweeprl.config import CONFIG_DIR
-from sweeprl.config.validate import ConfigValidationError, validate
+from sweeprl.config.validate import ConfigValidationError, validate_once
 
 FLAGS_WITH_VALUE = {"--cfg", "-c", "--package", "-p", "--experimental-rerun"}
 SKIP_FLAGS = {
@@ -81,9 +83,13 @@ def task_overrides(overrides: List[str]) -> List[str]:
     return kept
 
 
-def _compose(overrides: List[str]) -> DictConfig:
+def _compose(overrides: List[str], return_hydra_config: bool = False) -> DictConfig:
+    """Compose with Hydra's compose API: in the caller's Hydra context when there is one (a run composed once,
+    :func:`sweeprl.cli.app.main`), else in a context of its own."""
+    if GlobalHydra.instance().is_initialized():
+        return compose(config_name="config", overrides=overrides, return_hydra_config=return_hydra_config)
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-        return compose(config_name="config", overrides=overrides)
+        return compose(config_name="config", overrides=overrides, return_hydra_config=return_hydra_config)
 
 
 def _full_key(text: str) -> Optional[str]:
@@ -161,7 +167,7 @@ def check(argv: List[str]) -> Tuple[Optional[str], Optional[DictConfig]]:
     except (HydraException, OmegaConfBaseException, ValueError) as exc:
         return explain(exc, kept), None
     try:
-        validate(cfg)
+        validate_once(cfg)  # the trial of this process will not validate the same config again
     except ConfigValidationError as exc:
         return str(exc), None
     return None, cfg
@@ -170,3 +176,44 @@ def check(argv: List[str]) -> Tuple[Optional[str], Optional[DictConfig]]:
 def precheck(argv: List[str]) -> Optional[str]:
     """None when the command line composes and validates; else the message to print."""
     return check(argv)[0]
+
+
+def single_run_overrides(argv: List[str]) -> Optional[List[str]]:
+    """The overrides of a command line that runs one job from overrides alone (no flag, no sweep, no
+    ``hydra.mode``), which :func:`compose_run` can compose once for the whole run; None for anything else."""
+    if any(arg.startswith("-") for arg in argv):
+        return None
+    parser = OverridesParser.create()
+    for line in argv:
+        try:
+            ov = parser.parse_override(line)
+        except HydraException:
+            return None  # the pre-pass of the general path reports it
+        if ov.is_sweep_override() or ov.get_key_element().lstrip("+~") == "hydra.mode":
+            return None
+    return list(argv)
+
+
+def compose_run(overrides: List[str], validate: bool = True) -> Tuple[Optional[str], Optional[DictConfig]]:
+    """(problem, cfg): the full config of one run (``hydra`` node included, as Hydra's own run composes it), or
+    the message naming what is wrong. Must be called inside a Hydra context (``initialize_config_dir``).
+    ``validate=False``: a sweep driver validated the space (the trial validates its config once anyway)."""
+    try:
+        cfg = _compose(overrides, return_hydra_config=True)
+    except (HydraException, OmegaConfBaseException, ValueError) as exc:
+        return explain(exc, [o for o in overrides if not o.lstrip("+~").startswith("hydra")]), None
+    if validate:
+        try:
+            validate_once(task_part(cfg))  # the trial validates this very config: a no-op then
+        except ConfigValidationError as exc:
+            return str(exc), None
+    return None, cfg
+
+
+def task_part(cfg: DictConfig) -> DictConfig:
+    """The config a Hydra task receives: ``cfg`` without its ``hydra`` node (as ``hydra.core.utils.run_job``
+    makes it)."""
+    task = copy.deepcopy(cfg)
+    with read_write(task), open_dict(task):
+        del task["hydra"]
+    return task

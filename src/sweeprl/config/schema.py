@@ -1,10 +1,11 @@
-"""Structured-config schema of every config group.
+"""Structured-config schema of every config group but ``algo`` (one module per algorithm in
+:mod:`sweeprl.config.algos`) and ``objective`` (:mod:`sweeprl.config.objective`).
 
 Each dataclass is registered in Hydra's ConfigStore as ``<group>/base_<name>``; the YAML files under
 ``conf/<group>/`` extend it in their defaults list, so a misspelled key or a value of the wrong type fails
-when Hydra composes the config. Range checks that a type cannot express (learning_rate > 0, …) live in
-:mod:`sweeprl.config.validate`. Every field carries a one-line help string (``metadata["help"]``) that
-``python -m sweeprl --help-config`` prints; the CLI override path is the dataclass path
+when Hydra composes the config. Every field carries a one-line help string (``metadata["help"]``, see
+:func:`sweeprl.config.fields.f`); the algorithm groups also carry their range checks there, the other groups'
+ranges are rules in :mod:`sweeprl.config.validate`. The CLI override path is the dataclass path
 (``algo.learning_rate``, ``generation.temperature``).
 """
 
@@ -16,12 +17,9 @@ from typing import Any, Dict, List, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
-
-def f(default: Any, help: str) -> Any:  # noqa: A002 - "help" reads best at the call sites
-    """A dataclass field with a help string; mutable defaults are wrapped in a factory."""
-    if isinstance(default, (list, dict)):
-        return field(default_factory=lambda d=default: type(d)(d), metadata={"help": help})
-    return field(default=default, metadata={"help": help})
+from sweeprl.config.algos import ALGOS
+from sweeprl.config.fields import f
+from sweeprl.config.objective import ObjectiveConfig, ObjectiveWeights  # noqa: F401 - ObjectiveWeights re-exported
 
 
 # --------------------------------------------------------------------------------------------- model
@@ -67,60 +65,6 @@ class LoraConfig:
     bias: str = f("none", "Which biases to train: none, all, lora_only.")
 
 
-# ---------------------------------------------------------------------------------------------- algo
-@dataclass
-class TRLAlgoConfig:
-    """Fields GRPO and RLOO share (TRL's GRPOConfig/RLOOConfig names)."""
-
-    name: str = f(MISSING, "Algorithm name.")
-    learning_rate: float = f(1e-6, "Peak learning rate of AdamW.")
-    beta: float = f(0.0, "KL coefficient against the reference model (0 = no reference model is loaded).")
-    num_generations: int = f(8, "Completions sampled per prompt (the group).")
-    per_device_train_batch_size: int = f(
-        24,
-        "Completions per device per optimizer micro-step (24 is divisible by the default num_generations choices 4, "
-        "6, 8).",
-    )
-    gradient_accumulation_steps: int = f(1, "Micro-steps per optimizer update.")
-    generation_batch_size: Optional[int] = f(
-        None, "Completions generated per generation round; None = batch x accumulation."
-    )
-    num_iterations: int = f(1, "Optimisation passes over each generated batch (mu in the GRPO paper).")
-    max_grad_norm: float = f(1.0, "Gradient clipping norm.")
-    warmup_steps: float = f(0, "Warmup updates (an int count, or a fraction of max_steps when < 1).")
-    lr_scheduler_type: str = f("constant", "Learning-rate schedule (transformers names: constant, linear, cosine, …).")
-    weight_decay: float = f(0.0, "AdamW weight decay.")
-    optim: str = f("adamw_torch", "Optimizer (transformers name).")
-    epsilon: float = f(0.2, "Lower clipping epsilon of the importance ratio.")
-    epsilon_high: Optional[float] = f(None, "Upper clipping epsilon (DAPO clip-higher); None = epsilon.")
-    mask_truncated_completions: bool = f(False, "Exclude completions that hit max length from the loss.")
-    disable_dropout: bool = f(True, "Disable dropout in policy and reference model.")
-    gradient_checkpointing: bool = f(False, "Trade compute for memory (useful for large models on GPU).")
-    max_steps: int = f(100, "Number of optimizer updates of the trial.")
-    logging_steps: int = f(1, "Log metrics every this many updates.")
-    seed: int = f(42, "Training seed (sampling, data order, dropout).")
-    extra: Dict[str, Any] = f(
-        {}, "Any other field of the TRL config, passed through as is (e.g. +algo.extra.top_entropy_quantile=0.2)."
-    )
-
-
-@dataclass
-class GRPOAlgoConfig(TRLAlgoConfig):
-    name: str = f("grpo", "Algorithm: grpo (TRL GRPOTrainer).")
-    delta: Optional[float] = f(None, "Two-sided clipping bound of the ratio (None = off).")
-    loss_type: str = f("dapo", "Loss aggregation: grpo, dr_grpo, dapo, bnpo, cispo, sapo, luspo, vespo.")
-    scale_rewards: str = f("group", "Advantage scaling: group, batch or none.")
-    importance_sampling_level: str = f("token", "Importance ratio level: token or sequence (GSPO).")
-
-
-@dataclass
-class RLOOAlgoConfig(TRLAlgoConfig):
-    name: str = f("rloo", "Algorithm: rloo (TRL RLOOTrainer, REINFORCE leave-one-out baseline).")
-    beta: float = f(0.05, "KL coefficient against the reference model (0 = no reference model is loaded).")
-    num_generations: int = f(4, "Completions sampled per prompt (the leave-one-out group).")
-    normalize_advantages: bool = f(False, "Whiten the leave-one-out advantages.")
-
-
 # -------------------------------------------------------------------------------------------- reward
 @dataclass
 class RewardFuncSpec:
@@ -160,48 +104,7 @@ class DataConfig:
     kwargs: Dict[str, Any] = f({}, "Extra arguments of the dataset builder.")
 
 
-# ----------------------------------------------------------------------------------------- objective
-@dataclass
-class ObjectiveWeights:
-    """Weights of the stability-adjusted objective's penalties (sweeprl.analysis.objective). The first three are
-    in reward units; the others multiply a severity (0 = none) by the run's reward scale."""
-
-    dispersion: float = f(1.0, "Per-step reward noise, taxed by its share of noise + learning.")
-    short_term_risk: float = f(1.0, "Worst 5 % single-step drops, taxed by their share of drops + learning.")
-    drawdown: float = f(0.7, "Largest fall of the reward's block means below their running best (beyond noise).")
-    kl_excess: float = f(0.5, "log(1 + huber(KL/target_kl − 1)) averaged over steps (0 at or below the target).")
-    kl_negative: float = f(0.5, "Mean negative KL estimate, in target multiples (PPO's k1 estimator).")
-    entropy_collapse: float = f(0.25, "Entropy drop beyond entropy_drop_free (1 = entropy went to zero).")
-    entropy_blowup: float = f(0.5, "Entropy rise beyond entropy_rise_free (relative to the first window).")
-    value_loss_spikes: float = f(1.0, "PPO value-loss spikes (> 10x the median before them; 1 = three or 5 %).")
-    grad_norm_spikes: float = f(0.5, "Gradient-norm spikes (> 10x the median before them; 1 = three or 5 %).")
-    mode_collapse: float = f(0.5, "Mean frac_reward_zero_std beyond zero_std_free.")
-    non_finite: float = f(10.0, "Fraction of logged steps with a NaN/inf metric.")
-    across_seeds: float = f(1.0, "Multi-seed runs: weight of the standard deviation of the seeds' values.")
-
-
-@dataclass
-class ObjectiveConfig:
-    name: str = f(
-        "stability_adjusted",
-        "stability_adjusted (reward minus instability penalties), pareto (reward vs. instability, two values) or "
-        "reward (plain final reward).",
-    )
-    reward_key: str = f("reward", "Metric holding the per-step mean reward.")
-    window: float = f(0.25, "Late (and early) window as a fraction of the trained steps.")
-    final_steps: int = f(5, "Logged steps averaged for the final reward (objective=reward).")
-    target_kl: Optional[float] = f(
-        None,
-        "KL above this target is penalised, in the units the algorithm logs (GRPO/RLOO kl: per token; PPO "
-        "objective/kl: summed per completion); None = algo.target_kl for PPO, else 0.1 per token.",
-    )
-    entropy_drop_free: float = f(0.5, "Relative entropy drop from the first window that costs nothing.")
-    entropy_rise_free: float = f(0.5, "Relative entropy rise from the first window that costs nothing.")
-    zero_std_free: float = f(0.5, "Mean frac_reward_zero_std that costs nothing.")
-    min_scale: float = f(0.1, "Smallest reward scale that divergence penalties are multiplied by.")
-    weights: ObjectiveWeights = field(default_factory=ObjectiveWeights, metadata={"help": "Penalty weights."})
-
-
+# ------------------------------------------------------------------------------------------- pruning
 @dataclass
 class GuardsConfig:
     enabled: bool = f(True, "Stop a trial on red flags, whatever the pruner says.")
@@ -280,9 +183,6 @@ class SweeprlConfig:
     sweeprl: RuntimeConfig = field(default_factory=RuntimeConfig, metadata={"help": "Runtime (set by the sweeper)."})
 
 
-#: algorithm name -> schema; the validator checks `algo.name` against this table.
-ALGO_SCHEMAS: Dict[str, type] = {"grpo": GRPOAlgoConfig, "rloo": RLOOAlgoConfig}
-
 GROUP_SCHEMAS: Dict[str, type] = {
     "model": ModelConfig,
     "lora": LoraConfig,
@@ -296,12 +196,9 @@ GROUP_SCHEMAS: Dict[str, type] = {
 
 def register_configs() -> None:
     """Store the schemas in Hydra's ConfigStore (idempotent)."""
-    from sweeprl.config.ppo import PPOAlgoConfig  # here: ppo_config imports this module
-
-    ALGO_SCHEMAS.setdefault("ppo", PPOAlgoConfig)
     cs = ConfigStore.instance()
     cs.store(name="sweeprl_schema", node=SweeprlConfig)
     for group, schema in GROUP_SCHEMAS.items():
         cs.store(group=group, name=f"base_{group}", node=schema)
-    for name, schema in ALGO_SCHEMAS.items():
-        cs.store(group="algo", name=f"base_{name}", node=schema)
+    for name, algo in ALGOS.items():
+        cs.store(group="algo", name=f"base_{name}", node=algo.schema)

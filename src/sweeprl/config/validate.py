@@ -1,22 +1,26 @@
 """Value checks that a dataclass type cannot express, run before any model is loaded.
 
-Types and unknown keys are already enforced by the structured schema at compose time; this module adds
-ranges, choices and cross-field rules (the generation batch must be a multiple of num_generations, …).
-Every message names the key, the bad value and what is allowed.
+Types and unknown keys are already enforced by the structured schema at compose time. This module is the
+generic machinery that runs every check: the algorithm's own field checks and cross-field checks (declared
+beside its fields in :mod:`sweeprl.config.algos`), the rules of the other groups (``COMMON_RULES``), the
+``algo.extra`` passthrough (it must not set a first-class field) and the checks across groups. Every message
+names the key, the bad value and what is allowed.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable, Iterable, List, Optional
+import dataclasses
+import hashlib
+from typing import Any, Callable, Iterable, List, Optional, Set
 
 from omegaconf import DictConfig, OmegaConf
 
-from sweeprl.config.schema import ALGO_SCHEMAS
+from sweeprl.config.algos import ALGOS, Algo
+from sweeprl.config.algos.trl_base import SET_FROM_OTHER_KEYS
+from sweeprl.config.fields import Rule, field_rules
+from sweeprl.config.fields import problems as rule_problems
+from sweeprl.config.schema import GenerationConfig
 
-GRPO_LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo")
-SCALE_REWARDS = ("group", "batch", "none")
-IS_LEVELS = ("token", "sequence")
 MODEL_SOURCES = ("tiny", "hub")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 OBJECTIVES = ("stability_adjusted", "pareto", "reward")
@@ -30,13 +34,6 @@ class ConfigValidationError(ValueError):
     def __init__(self, problems: List[str]):
         self.problems = problems
         super().__init__("invalid config:\n  - " + "\n  - ".join(problems))
-
-
-@dataclass(frozen=True)
-class Rule:
-    key: str
-    ok: Callable[[Any], bool]
-    allowed: str
 
 
 def _positive(v: Any) -> bool:
@@ -86,67 +83,39 @@ COMMON_RULES: List[Rule] = [
     _choice("sweeprl.device", DEVICES),
 ]
 
-# GRPO's rules; RLOO uses the subset of fields it has
-GRPO_RULES: List[Rule] = [
-    Rule("algo.learning_rate", _positive, "a float > 0 (e.g. 1e-6 for a 1.5B model, 1e-3 for the tiny one)"),
-    Rule("algo.beta", _non_negative, "a float >= 0 (0 disables the KL term and the reference model)"),
-    Rule("algo.num_generations", _at_least(2), "an int >= 2 (group-relative advantages need 2 samples)"),
-    Rule("algo.per_device_train_batch_size", _at_least(1), "an int >= 1"),
-    Rule("algo.gradient_accumulation_steps", _at_least(1), "an int >= 1"),
-    Rule("algo.generation_batch_size", lambda v: v is None or v >= 1, "null or an int >= 1"),
-    Rule("algo.num_iterations", _at_least(1), "an int >= 1"),
-    Rule("algo.max_grad_norm", _positive, "a float > 0"),
-    Rule("algo.warmup_steps", _non_negative, "a number >= 0 (a count, or a fraction of max_steps when < 1)"),
-    Rule("algo.weight_decay", _non_negative, "a float >= 0"),
-    Rule("algo.epsilon", _positive, "a float > 0"),
-    Rule("algo.epsilon_high", lambda v: v is None or v > 0, "null or a float > 0"),
-    Rule("algo.delta", lambda v: v is None or v > 1, "null or a float > 1"),
-    _choice("algo.loss_type", GRPO_LOSS_TYPES),
-    _choice("algo.scale_rewards", SCALE_REWARDS),
-    _choice("algo.importance_sampling_level", IS_LEVELS),
-    Rule("algo.max_steps", _at_least(1), "an int >= 1"),
-    Rule("algo.logging_steps", _at_least(1), "an int >= 1"),
-]
+
+def _algo_problems(cfg: DictConfig, algo: Algo) -> List[str]:
+    """The algorithm's field checks and cross-field checks, and what ``algo.extra`` must not set."""
+    node_type = OmegaConf.get_type(cfg.algo)
+    if dataclasses.is_dataclass(node_type) and not issubclass(node_type, algo.schema):
+        group = next((a.name for a in ALGOS.values() if a.schema is node_type), node_type.__name__)
+        return [
+            f"algo.name={algo.name!r} is invalid; allowed: {group!r} in the algo={group} group (choose the algorithm "
+            f"with algo={algo.name}, not algo.name)"
+        ]
+    return rule_problems(cfg, field_rules(algo.schema, "algo")) + algo.cross_checks(cfg) + _extra_problems(cfg, algo)
 
 
-def _check(cfg: DictConfig, rules: Iterable[Rule]) -> List[str]:
-    problems = []
-    for rule in rules:
-        value = OmegaConf.select(cfg, rule.key, throw_on_missing=False)
-        try:
-            good = rule.ok(value)
-        except TypeError:
-            good = False
-        if not good:
-            problems.append(f"{rule.key}={value!r} is invalid; allowed: {rule.allowed}")
-    return problems
-
-
-def _grpo_cross_checks(cfg: DictConfig) -> List[str]:
-    algo = cfg.algo
-    n, per_dev, accum = algo.num_generations, algo.per_device_train_batch_size, algo.gradient_accumulation_steps
-    if not (isinstance(n, int) and n >= 2 and per_dev >= 1 and accum >= 1):
-        return []  # already reported
-    problems = []
-    if algo.generation_batch_size is not None:
-        gen_batch, key = algo.generation_batch_size, "algo.generation_batch_size"
-        if gen_batch % per_dev:
-            problems.append(
-                f"algo.generation_batch_size={gen_batch} is invalid; allowed: a multiple of "
-                f"algo.per_device_train_batch_size={per_dev}"
+def _extra_problems(cfg: DictConfig, algo: Algo) -> List[str]:
+    """``algo.extra`` passes keys through to TRL's config after the mapped fields, so a first-class field set
+    there would silently win over ``algo.<field>`` (the trainer would log the extra value): refused."""
+    extra = OmegaConf.select(cfg, "algo.extra", default=None) or {}
+    first_class = {fld.name: f"algo.{fld.name}" for fld in dataclasses.fields(algo.schema) if fld.name != "extra"}
+    if algo.uses_trl:
+        first_class.update({fld.name: f"generation.{fld.name}" for fld in dataclasses.fields(GenerationConfig)})
+    found = []
+    for key, value in extra.items():
+        if key in first_class:
+            found.append(
+                f"algo.extra.{key}={value!r} is invalid; allowed: keys that are not first-class fields — set "
+                f"{first_class[key]}={value} instead"
             )
-    else:
-        gen_batch, key = per_dev * accum, "algo.per_device_train_batch_size x algo.gradient_accumulation_steps"
-    if gen_batch % n:
-        problems.append(
-            f"algo.num_generations={n} does not divide the generation batch ({key} = {gen_batch}); allowed: "
-            f"num_generations in {_divisors(gen_batch)}, or a batch that is a multiple of {n}"
-        )
-    return problems
-
-
-def _divisors(n: int) -> List[int]:
-    return [d for d in range(2, n + 1) if n % d == 0]
+        elif algo.uses_trl and key in SET_FROM_OTHER_KEYS:
+            found.append(
+                f"algo.extra.{key}={value!r} is invalid; allowed: keys sweeprl does not set — {key} comes from "
+                f"{SET_FROM_OTHER_KEYS[key]}"
+            )
+    return found
 
 
 def _search_space_checks(cfg: DictConfig) -> List[str]:
@@ -172,19 +141,12 @@ def _search_space_checks(cfg: DictConfig) -> List[str]:
 
 def validate(cfg: DictConfig) -> None:
     """Raise :class:`ConfigValidationError` naming every bad key; return None when all is well."""
-    problems = _check(cfg, COMMON_RULES)
+    problems = rule_problems(cfg, COMMON_RULES)
     algo_name: Optional[str] = OmegaConf.select(cfg, "algo.name")
-    if algo_name not in ALGO_SCHEMAS:
-        problems.append(f"algo.name={algo_name!r} is invalid; allowed: one of {', '.join(ALGO_SCHEMAS)}")
-    elif algo_name == "ppo":
-        from sweeprl.config.ppo import ppo_cross_checks, ppo_rules
-
-        problems += _check(cfg, ppo_rules())
-        problems += ppo_cross_checks(cfg)
-    elif algo_name in ("grpo", "rloo"):
-        present = set(cfg.algo.keys())
-        problems += _check(cfg, [r for r in GRPO_RULES if r.key.split(".", 1)[1] in present])
-        problems += _grpo_cross_checks(cfg)
+    if algo_name not in ALGOS:
+        problems.append(f"algo.name={algo_name!r} is invalid; allowed: one of {', '.join(ALGOS)}")
+    else:
+        problems += _algo_problems(cfg, ALGOS[algo_name])
     if cfg.model.source == "hub" and not cfg.model.name_or_path:
         problems.append("model.name_or_path=None is invalid; allowed: a hub id or local path when model.source=hub")
     if cfg.lora.enabled and not cfg.lora.target_modules:
@@ -194,3 +156,20 @@ def validate(cfg: DictConfig) -> None:
     problems += _search_space_checks(cfg)
     if problems:
         raise ConfigValidationError(problems)
+
+
+#: digests of the configs this process has validated (see validate_once)
+_VALIDATED: Set[str] = set()
+
+
+def validate_once(cfg: DictConfig) -> None:
+    """:func:`validate` ``cfg`` unless this process has already validated an identical config.
+
+    The CLI pre-pass validates the command line before Hydra starts; Hydra then composes the same config for
+    the task, and the trial must not check it a second time. A different config (a sweep's next in-process
+    trial) is validated as usual."""
+    digest = hashlib.sha1(OmegaConf.to_yaml(cfg, resolve=False).encode()).hexdigest()
+    if digest in _VALIDATED:
+        return
+    validate(cfg)
+    _VALIDATED.add(digest)

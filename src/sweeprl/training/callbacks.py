@@ -1,4 +1,4 @@
-"""Per-step metric recording: ``metrics.jsonl`` in the trial dir and MLflow metrics of the trial's run."""
+"""Per-step metric recording: ``metrics.jsonl`` in the trial dir and MLflow metrics of the trial's run (queued)."""
 
 from __future__ import annotations
 
@@ -6,13 +6,15 @@ import logging
 import math
 import numbers
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from transformers import TrainerCallback
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
 from sweeprl import trial_record
-from sweeprl.tracking import SafeTracker
+
+if TYPE_CHECKING:
+    from sweeprl.tracking_worker import TrialRun
 
 # Keys of the end-of-training summary that the HF Trainer logs once; not a training step.
 log = logging.getLogger("sweeprl.progress")
@@ -26,23 +28,15 @@ def numeric_items(logs: Dict[str, Any]) -> Dict[str, float]:
 
 class MetricsRecorder(TrainerCallback):
     """Appends one record per logging step (TRL's metric names plus ``step``) to the trial's ``metrics.jsonl``
-    (:mod:`sweeprl.trial_record`) and mirrors each value to MLflow with the same step; keeps the history in
-    memory for the objective."""
+    (:mod:`sweeprl.trial_record`, written synchronously: it is the record) and hands each value to the trial's
+    MLflow run (:class:`sweeprl.tracking_worker.TrialRun`: queued, logged off the training thread); keeps the
+    history in memory for the objective."""
 
-    def __init__(
-        self,
-        trial_dir: Path,
-        tracker: Optional[SafeTracker] = None,
-        run_id: Optional[str] = None,
-        flush_every: int = 10,
-    ):
+    def __init__(self, trial_dir: Path, run: Optional["TrialRun"] = None):
         self.file = trial_record.MetricsFile(trial_dir)
-        self.tracker = tracker
-        self.run_id = run_id
-        self.flush_every = flush_every
+        self.run = run
         self.history: List[Dict[str, float]] = []
         self.summary: Dict[str, float] = {}
-        self._pending: List[tuple[str, float, int]] = []
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not state.is_world_process_zero or not logs:
@@ -54,19 +48,9 @@ class MetricsRecorder(TrainerCallback):
         record = {"step": int(state.global_step), **values}
         self.history.append(record)
         self.file.append(record)
-        # MLflow rejects nothing numeric, but NaN/inf make its UI charts useless; they stay in metrics.jsonl.
-        self._pending.extend((k, v, record["step"]) for k, v in values.items() if math.isfinite(v))
-        if len(self.history) % self.flush_every == 0:
-            self.flush()
-
-    def on_train_end(self, args, state, control, **kwargs):
-        self.flush()
-
-    def flush(self) -> None:
-        if not self.tracker or not self._pending:
-            return
-        if self.tracker.log_metrics(self.run_id, self._pending):
-            self._pending = []
+        if self.run is not None:
+            # MLflow rejects nothing numeric, but NaN/inf make its UI charts useless; they stay in metrics.jsonl.
+            self.run.log_metrics([(k, v, record["step"]) for k, v in values.items() if math.isfinite(v)])
 
 
 SHOWN = ("reward", "kl", "objective/kl", "entropy", "loss")

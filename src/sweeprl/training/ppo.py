@@ -56,7 +56,7 @@ import torch.nn.functional as F
 from omegaconf import OmegaConf
 from torch import nn
 
-from sweeprl.config.ppo import PPOAlgoConfig, as_ppo_config, ppo_problems
+from sweeprl.config.algos.ppo import PPOAlgoConfig, as_ppo_config, ppo_problems
 
 log = logging.getLogger(__name__)
 
@@ -373,15 +373,22 @@ class PPOTrainer:
 
         model, self.ref_model = self._load_models(model_path, model_init_kwargs or {}, peft_config)
         self.eos_token_ids = _eos_ids(tokenizer, model.policy)
-        self.optimizer = torch.optim.AdamW(self._param_groups(model), lr=self.algo.learning_rate)
-        warmup = self.algo.warmup_steps
-        num_warmup = math.ceil(warmup * self.algo.max_steps) if 0 < warmup < 1 else int(warmup)
+        # The optimiser settings live in one object, self.args: AdamW and the schedule read them from there, and
+        # transformers turns warmup_steps (a count, or a fraction of max_steps when < 1) into updates.
+        args = self.args
+        self.optimizer = torch.optim.AdamW(
+            self._param_groups(model),
+            lr=args.learning_rate,
+            betas=(args.adam_beta1, args.adam_beta2),
+            eps=args.adam_epsilon,
+        )
         # Stepped once per PPO update, so it is not handed to accelerate (which counts data-loader batches).
         self.lr_scheduler = get_scheduler(
-            self.algo.lr_scheduler_type,
+            args.lr_scheduler_type,
             self.optimizer,
-            num_warmup_steps=num_warmup,
-            num_training_steps=self.algo.max_steps,
+            num_warmup_steps=args.get_warmup_steps(args.max_steps),
+            num_training_steps=args.max_steps,
+            scheduler_specific_kwargs=args.lr_scheduler_kwargs,
         )
         self.model, self.optimizer = self.accelerator.prepare(model, self.optimizer)
         if self.ref_model is not None:
@@ -444,7 +451,7 @@ class PPOTrainer:
         """AdamW groups: weight decay on matrices, none on biases, norms and the value-head bias."""
         params = [p for p in model.parameters() if p.requires_grad]
         return [
-            {"params": [p for p in params if p.ndim >= 2], "weight_decay": self.algo.weight_decay},
+            {"params": [p for p in params if p.ndim >= 2], "weight_decay": self.args.weight_decay},
             {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0},
         ]
 

@@ -1,4 +1,10 @@
-"""GRPO and RLOO on TRL's trainers: map the ``algo``/``generation`` groups onto ``GRPOConfig``/``RLOOConfig``."""
+"""GRPO and RLOO on TRL's trainers: map the ``algo``/``generation`` groups onto ``GRPOConfig``/``RLOOConfig``.
+
+The mapping is not a hand-written list: every field of the algorithm's schema (:mod:`sweeprl.config.algos`)
+and of ``generation`` goes to the TRL config field of the same name, found in ``dataclasses.fields`` of TRL's
+config class. A schema field that TRL's config no longer has is an error here, naming the field and the TRL
+version — never a silently dropped setting. Fields marked ``trl=False`` (``name``, ``extra``) are sweeprl's own.
+"""
 
 from __future__ import annotations
 
@@ -8,86 +14,100 @@ from typing import Any, Dict, List, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
+from sweeprl.config.algos import ALGOS
+from sweeprl.config.schema import GenerationConfig
 from sweeprl.config.validate import ConfigValidationError
 from sweeprl.models.loading import DeviceSettings
 
-# algo.<field> -> <Trainer>Config.<same field>, for both trainers
-COMMON_FIELDS = (
-    "learning_rate",
-    "beta",
-    "num_generations",
-    "per_device_train_batch_size",
-    "gradient_accumulation_steps",
-    "generation_batch_size",
-    "num_iterations",
-    "max_grad_norm",
-    "warmup_steps",
-    "lr_scheduler_type",
-    "weight_decay",
-    "optim",
-    "epsilon",
-    "epsilon_high",
-    "mask_truncated_completions",
-    "disable_dropout",
-    "gradient_checkpointing",
-    "max_steps",
-    "logging_steps",
-    "seed",
-)
-ALGO_FIELDS = {
-    "grpo": COMMON_FIELDS + ("delta", "loss_type", "scale_rewards", "importance_sampling_level"),
-    "rloo": COMMON_FIELDS + ("normalize_advantages",),
-}
-# generation.<field> -> GRPOConfig.<same field>
-GENERATION_FIELDS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "max_completion_length")
+#: TRL settings sweeprl fixes for a trial; ``algo.extra`` may override them (e.g. +algo.extra.log_completions=true).
+DEFAULTS: Dict[str, Any] = {"report_to": "none", "save_strategy": "no", "log_completions": False}
+
+
+def mapped_fields(cfg: DictConfig, config_cls: type) -> Dict[str, Any]:
+    """``{field: value}`` for every ``algo.*`` and ``generation.*`` field that maps to ``config_cls``.
+
+    Raises :class:`ConfigValidationError` for a field the TRL config does not have (a TRL release renamed or
+    removed it): the trial must not run with a setting silently ignored."""
+    names = {fld.name for fld in dataclasses.fields(config_cls)}
+    schema = ALGOS[str(cfg.algo.name)].schema
+    kwargs: Dict[str, Any] = {}
+    missing = []
+    for group, group_schema in (("algo", schema), ("generation", GenerationConfig)):
+        values = OmegaConf.to_container(cfg[group], resolve=True)
+        for fld in dataclasses.fields(group_schema):
+            if not fld.metadata.get("trl", True):
+                continue
+            if fld.name in names:
+                kwargs[fld.name] = values[fld.name]
+            else:
+                missing.append(f"{group}.{fld.name}")
+    if missing:
+        raise ConfigValidationError(
+            [
+                f"{key} has no field of that name in {_trl_version()}'s {config_cls.__name__}; allowed: the fields "
+                f"of {config_cls.__name__} (update the schema in sweeprl.config.algos for this TRL release)"
+                for key in missing
+            ]
+        )
+    return kwargs
 
 
 def trainer_kwargs(
     cfg: DictConfig,
+    config_cls: type,
     output_dir: str,
     device: DeviceSettings,
     model_init_kwargs: Dict[str, Any],
     reward_weights: Optional[List[float]] = None,
 ) -> Dict[str, Any]:
-    """Keyword arguments of ``GRPOConfig``/``RLOOConfig`` for this trial (pure; no TRL import)."""
-    algo = OmegaConf.to_container(cfg.algo, resolve=True)
-    gen = OmegaConf.to_container(cfg.generation, resolve=True)
-    kwargs: Dict[str, Any] = {k: algo[k] for k in ALGO_FIELDS[algo["name"]]}
-    kwargs.update({k: gen[k] for k in GENERATION_FIELDS})
-    if kwargs["epsilon_high"] is None:
-        kwargs.pop("epsilon_high")  # TRL defaults it to epsilon
-    kwargs.update(
+    """Keyword arguments of ``config_cls`` (``GRPOConfig``/``RLOOConfig``) for this trial."""
+    kwargs = dict(DEFAULTS)
+    kwargs.update(mapped_fields(cfg, config_cls))
+    derived: Dict[str, Any] = dict(
         output_dir=output_dir,
-        report_to="none",
-        save_strategy="no",
         use_cpu=device.use_cpu,
         bf16=device.bf16,
         model_init_kwargs=model_init_kwargs,
         reward_weights=reward_weights,
-        data_seed=algo["seed"],
-        log_completions=False,
+        data_seed=cfg.algo.seed,
     )
     eval_every = int(cfg.data.eval_every or 0)
     if eval_every > 0 and float(cfg.data.validation_fraction) > 0:
         # periodic reward on the held-out prompts: logged as eval_reward, used by the objective
-        kwargs.update(
-            eval_strategy="steps", eval_steps=eval_every, per_device_eval_batch_size=algo["per_device_train_batch_size"]
+        derived.update(
+            eval_strategy="steps",
+            eval_steps=eval_every,
+            per_device_eval_batch_size=kwargs["per_device_train_batch_size"],
         )
-    kwargs.update(algo.get("extra") or {})
+    kwargs.update(derived)
+    extra = OmegaConf.to_container(cfg.algo.extra, resolve=True) if cfg.algo.get("extra") else {}
+    clash = sorted(set(extra) & (set(kwargs) - set(DEFAULTS)))
+    if clash:  # validate() refuses these; a caller that skipped it gets the same answer, not a silent override
+        raise ConfigValidationError(
+            [
+                f"algo.extra.{k} is invalid; allowed: keys that sweeprl does not map or set (set the key itself)"
+                for k in clash
+            ]
+        )
+    kwargs.update(extra)
     return kwargs
+
+
+def _trl_version() -> str:
+    import importlib.metadata
+
+    return f"TRL {importlib.metadata.version('trl')}"
 
 
 def trl_classes(algo_name: str) -> tuple[type, type]:
     """(config class, trainer class) of TRL for ``algo.name``."""
-    if algo_name == "grpo":
-        from trl import GRPOConfig, GRPOTrainer
+    algo = ALGOS.get(algo_name)
+    if algo is None or not algo.uses_trl:
+        trl_algos = ", ".join(a.name for a in ALGOS.values() if a.uses_trl)
+        raise ValueError(f"algo.name={algo_name!r} is not a TRL trainer ({trl_algos})")
+    import trl
 
-        return GRPOConfig, GRPOTrainer
-    if algo_name == "rloo":
-        from trl import RLOOConfig, RLOOTrainer
-
-        return RLOOConfig, RLOOTrainer
-    raise ValueError(f"algo.name={algo_name!r} is not a TRL trainer (grpo, rloo)")
+    return getattr(trl, algo.trl_config), getattr(trl, algo.trl_trainer)
 
 
 def check_extra_fields(config_cls: type, extra: Dict[str, Any]) -> None:
@@ -120,7 +140,7 @@ def build_trl_trainer(
 ):
     config_cls, trainer_cls = trl_classes(str(cfg.algo.name))
     check_extra_fields(config_cls, dict(cfg.algo.extra))
-    args = config_cls(**trainer_kwargs(cfg, output_dir, device, model_init_kwargs, reward_weights))
+    args = config_cls(**trainer_kwargs(cfg, config_cls, output_dir, device, model_init_kwargs, reward_weights))
     if args.eval_strategy == "no":
         eval_dataset = None  # nothing would use it
     return trainer_cls(
@@ -133,3 +153,6 @@ def build_trl_trainer(
         peft_config=peft_config,
         callbacks=callbacks,
     )
+
+
+__all__ = ["DEFAULTS", "build_trl_trainer", "mapped_fields", "trainer_kwargs", "trl_classes"]
