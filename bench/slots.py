@@ -11,42 +11,31 @@ trial-seconds / (slots x sweep span), from each trial's start/end time.
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchmarks_md import update_row  # noqa: E402
+from sweeprl_cli import quickstart_sweep  # noqa: E402
 
 
 def sweep(cwd: Path, trials: int, refill: str, slots: int, steps: int) -> float:
     import optuna
 
     slow = [i for i in range(trials) if i % 4 in (0, 3)]
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "sweeprl",
-            "-m",
-            "experiment=quickstart",
-            "sweep=lr",
-            f"hydra.sweeper.n_trials={trials}",
-            "hydra.sweeper.sampler.seed=0",
-            f"hydra.sweeper.slots={slots}",
-            f"hydra.sweeper.slot_refill={refill}",
-            "hydra/sweeper/pruner=none",
-            "hydra.sweeper.report=false",
-            "tracking.enabled=false",
-            f"algo.max_steps={steps}",
-            "+fault.sleep_per_step=0.6",
-            f"+fault.only_trials={slow}",
-        ],
-        cwd=cwd,
-        check=True,
-        capture_output=True,
-        timeout=3600,
+    quickstart_sweep(
+        cwd,
+        "lr",
+        trials,
+        0,
+        f"hydra.sweeper.slots={slots}",
+        f"hydra.sweeper.slot_refill={refill}",
+        "hydra/sweeper/pruner=none",
+        "tracking.enabled=false",
+        f"algo.max_steps={steps}",
+        "+fault.sleep_per_step=0.6",
+        f"+fault.only_trials={slow}",
     )
     study = optuna.load_study(study_name="quickstart-lr", storage=f"sqlite:///{cwd}/multirun/quickstart-lr/optuna.db")
     spans = [(t.user_attrs["started_at"], t.user_attrs["ended_at"]) for t in study.trials]

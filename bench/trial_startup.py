@@ -15,40 +15,29 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchmarks_md import update_row  # noqa: E402
+from sweeprl_cli import quickstart_sweep  # noqa: E402
 
 
 def sweep(cwd: Path, trials: int, steps: int, process: bool, cache: Path) -> float:
     """Mean start-up seconds per trial (span - training loop) of one sweep."""
     import optuna
 
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "sweeprl",
-            "-m",
-            "experiment=quickstart",
-            "sweep=lr",
-            f"hydra.sweeper.n_trials={trials}",
-            "hydra.sweeper.sampler.seed=0",
-            f"hydra.sweeper.process={str(process).lower()}",
-            "hydra/sweeper/pruner=none",
-            "hydra.sweeper.report=false",
-            "hydra.sweeper.progress=off",
-            f"algo.max_steps={steps}",
-            f"model.cache_dir={cache}",
-        ],
-        cwd=cwd,
-        check=True,
-        capture_output=True,
-        timeout=3600,
+    quickstart_sweep(
+        cwd,
+        "lr",
+        trials,
+        0,
+        f"hydra.sweeper.process={str(process).lower()}",
+        "hydra/sweeper/pruner=none",
+        "hydra.sweeper.progress=off",
+        f"algo.max_steps={steps}",
+        f"model.cache_dir={cache}",
     )
     sweep_dir = cwd / "multirun" / "quickstart-lr"
     study = optuna.load_study(study_name="quickstart-lr", storage=f"sqlite:///{sweep_dir}/optuna.db")

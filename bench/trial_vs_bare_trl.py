@@ -23,25 +23,19 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from benchmarks_md import update_row  # noqa: E402
+from sweeprl_cli import run_sweeprl  # noqa: E402
 
 
-def run_sweeprl(tmp: Path, steps: int, cache: Path) -> dict:
+def sweeprl_single_run(tmp: Path, steps: int, cache: Path) -> dict:
     out = tmp / f"sweeprl-{time.monotonic_ns()}"
     t0 = time.perf_counter()
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "sweeprl",
-            "experiment=quickstart",
-            f"algo.max_steps={steps}",
-            f"model.cache_dir={cache}",
-            f"hydra.run.dir={out}",
-            f"tracking.uri=sqlite:///{tmp}/mlflow.db",
-        ],
-        cwd=tmp,
-        check=True,
-        capture_output=True,
+    run_sweeprl(
+        tmp,
+        "experiment=quickstart",
+        f"algo.max_steps={steps}",
+        f"model.cache_dir={cache}",
+        f"hydra.run.dir={out}",
+        f"tracking.uri=sqlite:///{tmp}/mlflow.db",
         timeout=1200,
     )
     wall = time.perf_counter() - t0
@@ -82,14 +76,14 @@ def main() -> None:
         )
         model_dir = model_path(mcfg)
         sw, bare = [], []
-        run_sweeprl(tmp, 2, cache)  # warm-up, not measured: creates the MLflow store and the file caches
+        sweeprl_single_run(tmp, 2, cache)  # warm-up, not measured: creates the MLflow store and the file caches
         for i in range(args.repeats):
             if i % 2 == 0:  # alternate which runs first, so a drift in machine load does not favour one side
-                sw.append(run_sweeprl(tmp, args.steps, cache))
+                sw.append(sweeprl_single_run(tmp, args.steps, cache))
                 bare.append(run_bare(tmp, args.steps, model_dir))
             else:
                 bare.append(run_bare(tmp, args.steps, model_dir))
-                sw.append(run_sweeprl(tmp, args.steps, cache))
+                sw.append(sweeprl_single_run(tmp, args.steps, cache))
             print(
                 f"repeat {i + 1}: sweeprl train {sw[-1]['train_runtime']:.2f}s (wall {sw[-1]['wall']:.1f}s) | "
                 f"bare TRL train {bare[-1]['train_runtime']:.2f}s (wall {bare[-1]['wall']:.1f}s)",

@@ -410,6 +410,24 @@ def test_markdown_rendering_lists_overrides_and_confidence():
     assert "confidence 0." in md and "from step" in md
 
 
+def test_markdown_names_the_steps_once_and_rounds_the_config():
+    run = CASES["reward_dip"]()
+    run.config = {"learning_rate": 0.008483345748827318, "kl_coef": 0.1057789839505809}
+    md = to_markdown(diagnose(run))
+    dip = next(line for line in md.splitlines() if "**reward_dip**" in line)
+    assert "around step" in dip and "(steps " not in dip  # the evidence already says where
+    assert "learning_rate=0.00848, kl_coef=0.106" in md
+    md = to_markdown(diagnose(CASES["grad_norm_spike"]()))
+    assert "(steps 15, 30, 45, 60)" in md  # evidence without step numbers keeps the list
+
+
+def test_markdown_is_printed_raw_when_piped(capsys):
+    from sweeprl.cli.console import print_markdown
+
+    print_markdown("# Diagnosis\n\n| a | b |\n|---|---|\n| 1 | 2 |")
+    assert capsys.readouterr().out == "# Diagnosis\n\n| a | b |\n|---|---|\n| 1 | 2 |\n"
+
+
 def test_next_sweep_shifts_the_source_ranges():
     run = CASES["kl_above_target"]()
     run.sweep_params = {"algo.learning_rate": "tag(log, interval(1e-4, 1e-2))", "algo.beta": "interval(0.0, 0.2)"}

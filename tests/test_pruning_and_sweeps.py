@@ -13,7 +13,7 @@ from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
 from conftest import PYTHON, compose_cfg
-from sweeprl.training.pruning import Guards, PruningCallback
+from sweeprl.training.pruning import Guards, PruningCallback, first_pruning_step
 
 STEPS = 20
 
@@ -43,6 +43,28 @@ def test_guards_fire_after_patience_and_not_on_healthy_runs():
     assert g.check({"loss": math.nan, "reward": math.nan}) is None
 
 
+@pytest.mark.parametrize(
+    "overrides, first",
+    [
+        ([], 20),  # quickstart: 80 updates, warmup 0.25 -> step 20 (min_steps 10 is the smaller gate)
+        (["algo.max_steps=30"], 10),  # warmup gives 8: min_steps wins
+        (["algo.max_steps=30", "pruning.min_steps=0"], 8),  # ceil(0.25 * 30)
+        (["pruning.warmup=0"], 10),
+        (["pruning.warmup=0.5", "algo.max_steps=300"], 150),
+        (["experiment=length_ppo", "model=tiny", "algo.max_steps=200"], 50),  # same gate for sweeprl's PPO
+    ],
+)
+def test_first_pruning_step_is_the_later_of_min_steps_and_the_warmup_fraction(overrides, first):
+    assert first_pruning_step(compose_cfg(["experiment=quickstart", *overrides])) == first
+
+
+def test_warmup_outside_0_1_is_refused_at_compose_time():
+    from sweeprl.config.validate import ConfigValidationError, validate
+
+    with pytest.raises(ConfigValidationError, match=r"pruning.warmup.*\[0, 1\)"):
+        validate(compose_cfg(["experiment=quickstart", "pruning.warmup=1.5"]))
+
+
 def test_pruning_callback_reports_and_prunes_through_the_storage(tmp_path):
     storage = f"sqlite:///{tmp_path}/s.db"
     study = optuna.create_study(
@@ -55,7 +77,7 @@ def test_pruning_callback_reports_and_prunes_through_the_storage(tmp_path):
     for step in (10, 15, 20):
         good.report(1.0, step)
     study.tell(good, 1.0)
-    cfg = compose_cfg(["experiment=quickstart", "pruning.report_every=5", "pruning.min_steps=10"])
+    cfg = compose_cfg(["experiment=quickstart", "pruning.report_every=5", "pruning.min_steps=10", "pruning.warmup=0"])
     from sweeprl.training.pruning import load_trial
 
     study.ask()  # trial 1, left RUNNING: the callback loads it by number, as a trial process does

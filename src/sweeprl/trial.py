@@ -117,39 +117,23 @@ def _end_failed(run: Optional[TrialRun], exc: BaseException) -> None:
         run.finish("KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED")
 
 
-def _stopped(cfg, out: Path, run, recorder, pruning, result, resolved, sweep_params, t0) -> TrialResult:
-    """A guard or the pruner stopped training: keep the partial record, then end as PRUNED (sweep) or return."""
-    import optuna
-
-    outcome = trial_record.Outcome.from_dict(result.as_dict()) if result else trial_record.Outcome()
-    outcome.run_id, outcome.pruned, outcome.prune_reason = run.run_id if run else None, True, pruning.reason
-    outcome.stopped_at_step = pruning.stopped_at
+def _record(out: Path, run, recorder, result, outcome, resolved, sweep_params, tags, status: str):
+    """Write ``objective.json`` and the diagnosis, then end the MLflow run with the objective, artifacts and tags."""
     trial_record.write_outcome(out, outcome)
     diagnosis = write_diagnosis(recorder.history, resolved, out, sweep_params or {}) if recorder.history else None
-    in_sweep = cfg.sweeprl.trial_number is not None
     if run:
         if result:
             step = recorder.history[-1]["step"] if recorder.history else 0
             run.log_metrics([(k, v, step) for k, v in objective_metrics(result).items()])
-        run.set_tags({TAG_STATE: "PRUNED" if in_sweep else "STOPPED", "prune_reason": pruning.reason})
+        run.set_tags(tags)
         for path in trial_record.artifacts(out):
             run.log_artifact(path)
+        if not outcome.pruned:
+            log_completion_sample(run, out / trial_record.COMPLETIONS)
         if diagnosis:
             run.set_tags({f"diag.{f.id}": f.severity for f in diagnosis.findings})
-        run.finish("KILLED" if in_sweep else "FINISHED")
-    if in_sweep:
-        raise optuna.TrialPruned(pruning.reason)
-    if result is None:
-        raise ObjectiveError(f"training stopped ({pruning.reason}) before any finite reward was logged")
-    return TrialResult(
-        result,
-        steps=len(recorder.history),
-        seconds=time.monotonic() - t0,
-        run_id=outcome.run_id,
-        output_dir=str(out),
-        diagnosis=diagnosis,
-        stopped_reason=pruning.reason,
-    )
+        run.finish(status)
+    return diagnosis
 
 
 def run_trial(
@@ -190,22 +174,23 @@ def run_trial(
         _end_failed(run, exc)
         raise
 
-    if pruning.reason:
-        return _stopped(cfg, out, run, recorder, pruning, result, resolved, sweep_params, t0)
+    outcome = trial_record.Outcome.from_dict(result.as_dict()) if result else trial_record.Outcome()
+    outcome.run_id = run.run_id if run else None
+    in_sweep = cfg.sweeprl.trial_number is not None
+    if pruning.reason:  # a guard or the pruner stopped training: keep the partial record, end PRUNED (sweep)
+        outcome.pruned, outcome.prune_reason, outcome.stopped_at_step = True, pruning.reason, pruning.stopped_at
+        tags = {TAG_STATE: "PRUNED" if in_sweep else "STOPPED", "prune_reason": pruning.reason}
+        status = "KILLED" if in_sweep else "FINISHED"
+    else:
+        outcome.trainer_summary = dict(recorder.summary)
+        tags, status = {TAG_STATE: "COMPLETE"}, "FINISHED"
+    diagnosis = _record(out, run, recorder, result, outcome, resolved, sweep_params, tags, status)
+    if pruning.reason and in_sweep:
+        import optuna
 
-    outcome = trial_record.Outcome.from_dict(result.as_dict())
-    outcome.run_id, outcome.trainer_summary = run.run_id if run else None, dict(recorder.summary)
-    trial_record.write_outcome(out, outcome)
-    diagnosis = write_diagnosis(recorder.history, resolved, out, sweep_params or {})
-    final_step = recorder.history[-1]["step"] if recorder.history else 0
-    if run:
-        run.log_metrics([(k, v, final_step) for k, v in objective_metrics(result).items()])
-        run.set_tags({TAG_STATE: "COMPLETE"})
-        for path in trial_record.artifacts(out):
-            run.log_artifact(path)
-        log_completion_sample(run, out / trial_record.COMPLETIONS)
-        run.set_tags({f"diag.{f.id}": f.severity for f in diagnosis.findings})
-        run.finish("FINISHED")
+        raise optuna.TrialPruned(pruning.reason)
+    if result is None:
+        raise ObjectiveError(f"training stopped ({pruning.reason}) before any finite reward was logged")
     return TrialResult(
         result,
         steps=len(recorder.history),
@@ -213,6 +198,7 @@ def run_trial(
         run_id=outcome.run_id,
         output_dir=str(out),
         diagnosis=diagnosis,
+        stopped_reason=pruning.reason,
     )
 
 

@@ -237,10 +237,15 @@ def summary(run: RunHistory, algo: Optional[str] = None, n_windows: int = 8) -> 
 
 
 # ------------------------------------------------------------------------------------------ rendering
+def _names_steps(f: Finding) -> bool:
+    """The evidence already says at which steps ("around step 28"): no list of them after it."""
+    return all(f"step {s}" in f.evidence for s in f.steps[:10])
+
+
 def to_markdown(d: Diagnosis) -> str:
     s = d.summary
     lines = [f"# Diagnosis of {d.source}", ""]
-    cfg = ", ".join(f"{k}={v}" for k, v in s.get("config", {}).items())
+    cfg = ", ".join(f"{k}={num(v)}" for k, v in s.get("config", {}).items())
     lines.append(
         f"{s['steps']} logged steps" + (f"; algo {s['algo']}" if s.get("algo") else "") + (f"; {cfg}" if cfg else "")
     )
@@ -273,7 +278,7 @@ def to_markdown(d: Diagnosis) -> str:
         when = f", from step {f.onset}" if f.onset is not None else ""
         lines.append(
             f"{i}. **{f.id}** ({f.severity}, confidence {f.confidence:.2f}{when}) — {f.evidence}"
-            + (f" (steps {', '.join(map(str, f.steps[:10]))})" if f.steps else "")
+            + (f" (steps {', '.join(map(str, f.steps[:10]))})" if f.steps and not _names_steps(f) else "")
         )
         lines.append(f"   - cause: {f.cause}")
         lines.append(f"   - try: {f.recommendation['text']}")
@@ -293,7 +298,9 @@ def to_markdown(d: Diagnosis) -> str:
         ]
         for k, v in d.next_sweep["params"].items():
             why = d.next_sweep.get("reasons", {}).get(k)
-            lines.append(f"#   {k}: {v}" + (f"   ({why})" if why else ""))
+            lines.append(f"#   {k}: {v}")
+            if why:
+                lines.append(f"#       {why}")
         lines.append("```")
     return "\n".join(lines) + "\n"
 

@@ -99,6 +99,16 @@ def trials_table(rows: Sequence[TrialRow], title: str, max_rows: int = 50, width
     return table
 
 
+def print_markdown(text: str) -> None:
+    """Markdown as it is when piped or redirected (to save or paste); rendered to the terminal's width when shown."""
+    if console.is_terminal:
+        from rich.markdown import Markdown
+
+        console.print(Markdown(text, code_theme="ansi_dark"))
+    else:
+        print(text)
+
+
 def print_lines(lines: Iterable[str]) -> None:
     for line in lines:
         console.print(line, soft_wrap=True)

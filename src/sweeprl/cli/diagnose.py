@@ -16,6 +16,7 @@ from typing import List
 from sweeprl import trial_record
 from sweeprl.analysis.diagnosis import Thresholds, diagnose, thresholds_from, to_markdown
 from sweeprl.analysis.history import load
+from sweeprl.cli.console import print_markdown
 
 
 def main(argv: List[str]) -> int:
@@ -64,5 +65,8 @@ def main(argv: List[str]) -> int:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         trial_record.write_diagnosis(out, md, d.as_dict())
-    print(md if args.format == "markdown" else js)
+    if args.format == "markdown":
+        print_markdown(md)
+    else:
+        print(js)
     return 0

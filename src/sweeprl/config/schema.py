@@ -123,6 +123,13 @@ class PruningConfig:
         5, "Report the running objective to the study every this many updates (pruners decide on it)."
     )
     min_steps: int = f(10, "Never prune before this many updates.")
+    warmup: float = f(
+        0.25,
+        "Never prune before this fraction of algo.max_steps either. Optuna's percentile pruners compare a trial's "
+        "best value so far, so early risers that later collapse are never pruned while slow starters, which look "
+        "like non-learners early, are: on the quickstart sweep the eventual best trials separated from "
+        "non-learners only after ~25 % of training.",
+    )
     guards: GuardsConfig = field(default_factory=GuardsConfig, metadata={"help": "Red-flag guards."})
 
 

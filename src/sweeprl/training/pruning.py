@@ -102,6 +102,13 @@ def pruner_from_hydra() -> Any:
     return instantiate(kwargs)  # same rule as the sweeper: None = Optuna's default
 
 
+def first_pruning_step(cfg: Any) -> int:
+    """First update a trial may be pruned at: ``pruning.min_steps``, and ``pruning.warmup`` of ``algo.max_steps``."""
+    max_steps = int(cfg.algo.get("max_steps") or 0)
+    warm = math.ceil(float(cfg.pruning.warmup) * max_steps) if max_steps > 0 else 0
+    return max(int(cfg.pruning.min_steps), warm)
+
+
 class PruningCallback(TrainerCallback):
     """Reports the running objective to the trial and stops training on ``should_prune()`` or a guard."""
 
@@ -109,7 +116,7 @@ class PruningCallback(TrainerCallback):
         self.cfg = cfg
         self.trial = trial
         self.report_every = int(cfg.pruning.report_every)
-        self.min_steps = int(cfg.pruning.min_steps)
+        self.min_steps = first_pruning_step(cfg)
         self.guards = Guards(cfg.pruning.guards, target_kl_of(cfg.objective, algo=str(cfg.algo.name)))
         self.history: List[Dict[str, float]] = []
         self.reason: Optional[str] = None
