@@ -1,5 +1,5 @@
 """Training steps saved by pruning, measured side by side: the same 16-trial TPE sweep of the quickstart
-(learning rate x KL coefficient, same sampler seed) without a pruner and with the median pruner.
+(learning rate x KL coefficient, same sampler seed) without a pruner and with one (`--pruner`, default median).
 
     .venv/bin/python bench/pruning.py --trials 16 --seeds 0,1,2 --write
 
@@ -42,6 +42,9 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=16)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument(
+        "--pruner", default="median", help="hydra/sweeper/pruner of the pruned sweep (median, percentile, …)"
+    )
+    ap.add_argument(
         "--seeds", default="", help="comma-separated sampler seeds (one pair of sweeps each); overrides --seed"
     )
     ap.add_argument("--steps", type=int, default=0, help="algo.max_steps of every trial (0 = the quickstart's 80)")
@@ -59,14 +62,14 @@ def main() -> None:
     for seed in seeds:
         with tempfile.TemporaryDirectory() as a, tempfile.TemporaryDirectory() as b:
             base = sweep(Path(a), args.trials, "none", seed, both)
-            pruned = sweep(Path(b), args.trials, "median", seed, both + args.extra)
+            pruned = sweep(Path(b), args.trials, args.pruner, seed, both + args.extra)
         saved = 1 - pruned["steps"] / base["steps"]
         gap = (base["best"] - pruned["best"]) / abs(base["best"]) if base["best"] else 0.0
         rows.append((base, pruned, saved, gap))
         print(f"sampler seed {seed}")
         print(f"  no pruner: {base['steps']} steps, {base['wall']:.0f} s, best {base['best']:.4f}")
         print(
-            f"  median   : {pruned['steps']} steps, {pruned['wall']:.0f} s, best {pruned['best']:.4f}, "
+            f"  {args.pruner:<9}: {pruned['steps']} steps, {pruned['wall']:.0f} s, best {pruned['best']:.4f}, "
             f"{pruned['pruned']} of {pruned['trials']} trials pruned"
         )
         print(
@@ -89,7 +92,7 @@ def main() -> None:
         trials_n = sum(r[1]["trials"] for r in rows)
         update_row(
             args.id,
-            f"training steps of a {args.trials}-trial TPE quickstart sweep with the median pruner ({settings}), "
+            f"training steps of a {args.trials}-trial TPE quickstart sweep with the {args.pruner} pruner ({settings}), "
             f"sampler seeds {','.join(map(str, seeds))}",
             f"same sweeps without pruner ({steps[0]} steps, mean best {bests[0]:.3f})",
             f"{steps[1] / steps[0]:.2f} ({saved:.1%} saved; {pruned_n} of {trials_n} pruned; mean best "

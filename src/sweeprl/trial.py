@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -224,6 +225,13 @@ def _build_trainer(cfg: DictConfig, out: Path, run: Optional[TrialRun], progress
     ]
     reward_weights = [float(spec.weight) for spec in cfg.reward.funcs]
     reward_funcs = with_best_of_n(reward_funcs, reward_weights, group_size=int(cfg.algo.get("num_generations", 1) or 1))
+    # TRL reads the model's deprecated is_gradient_checkpointing (transformers renamed it): nothing a user can act on,
+    # and it would print into every trial's log
+    warnings.filterwarnings("ignore", r"`is_gradient_checkpointing` is deprecated", FutureWarning)
+    if not progress_bars:  # a sweep's log: no "Loading weights" bars, one pair per trial
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
     device = resolve_device(cfg.sweeprl.device)
     path = model_path(cfg.model)
     tokenizer = AutoTokenizer.from_pretrained(
@@ -231,7 +239,11 @@ def _build_trainer(cfg: DictConfig, out: Path, run: Optional[TrialRun], progress
     )
     train_ds, eval_ds = build_datasets(cfg.data, tokenizer)
     log.info(
-        "trial %s: model=%s device=%s prompts=%d", cfg.sweeprl.trial_number, path, device.description, len(train_ds)
+        "%s: model=%s device=%s prompts=%d",
+        "run" if cfg.sweeprl.trial_number is None else f"trial {cfg.sweeprl.trial_number}",
+        path,
+        device.description,
+        len(train_ds),
     )
     if ALGOS[cfg.algo.name].uses_trl:
         from sweeprl.training.trl_trainers import build_trl_trainer as build

@@ -23,7 +23,7 @@ from optuna.trial import TrialState
 from hydra_plugins.sweeprl_sweeper import outcomes
 from hydra_plugins.sweeprl_sweeper.outcomes import FAIL, Outcome
 from hydra_plugins.sweeprl_sweeper.results import finished_count
-from hydra_plugins.sweeprl_sweeper.search_space import SearchSpace, format_value
+from hydra_plugins.sweeprl_sweeper.search_space import SearchSpace, format_number, format_value
 from hydra_plugins.sweeprl_sweeper.storage import make_storage, record_heartbeat, trial_id
 
 if TYPE_CHECKING:
@@ -54,7 +54,10 @@ class BatchAborted(Exception):
 
 
 def param_text(params: Dict[str, Any]) -> str:
-    return " ".join(f"{k}={format_value(v)}" for k, v in params.items())
+    """Params for a log line: floats to 4 significant digits (the exact values are in the study and the results)."""
+    return " ".join(
+        f"{k}={format_number(v, 4) if isinstance(v, float) else format_value(v)}" for k, v in params.items()
+    )
 
 
 class Budget:

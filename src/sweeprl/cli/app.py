@@ -165,15 +165,16 @@ def _print_single_run_summary(cfg: DictConfig, result) -> None:
         else:
             zero.append(k)
     table.add_row("objective", f"{result.value:.4g}")
-    if zero:
-        table.caption = f"{len(zero)} penalty terms are 0: {', '.join(zero)}"
     console.print(table)
+    if zero:  # a line of its own: as the table's caption it would wrap to the table's width
+        console.print(f"{len(zero)} penalty terms are 0: {', '.join(zero)}")
     console.print(
         f"{result.steps} logged steps in {result.seconds:.1f} s; files in {result.output_dir}", soft_wrap=True
     )
     findings = result.diagnosis.findings if result.diagnosis else []
     if findings:
-        console.print(f"diagnosis ({len(findings)} finding(s), full report in diagnosis.md):")
+        shown = ", the first 3 below" if len(findings) > 3 else ""
+        console.print(f"diagnosis: {len(findings)} finding(s){shown}; the full post-mortem is diagnosis.md")
         for f in findings[:3]:
             overrides = " ".join(c["override"] for c in f.recommendation["changes"] if c.get("override"))
             console.print(f"  {f.severity.upper()} {f.id} (confidence {f.confidence:.2f}): {f.evidence}")

@@ -28,8 +28,16 @@ from hydra_plugins.sweeprl_sweeper.outcomes import Outcome
 from hydra_plugins.sweeprl_sweeper.results import RESULTS_FILE
 from hydra_plugins.sweeprl_sweeper.search_space import SearchSpace, SearchSpaceError, format_value, quote
 from sweeprl import trial_record
+from sweeprl.formatting import num
 
 log = logging.getLogger(__name__)
+
+
+def _best_line(results: Dict[str, Any]) -> str:
+    if results.get("best_value") is None:
+        return "best: none (no trial completed)"
+    params = " ".join(f"{k}={num(v, 4)}" for k, v in (results.get("best_params") or {}).items())
+    return f"best: {num(results['best_value'], 4)} (trial {results.get('best_trial')}) with {params}"
 
 
 class SweeprlHooks(SweepHooks):
@@ -211,7 +219,7 @@ class SweeprlHooks(SweepHooks):
             self.tracker.end_run(self.parent_run, status)
         lines = [
             f"sweep {status.lower()} in {seconds:.0f} s; results: {results_path}",
-            f"best: {results.get('best_value')} with {results.get('best_params')}"
+            _best_line(results)
             if len(self.ctx.directions) == 1
             else f"pareto front: {len(results.get('solutions', []))} trials",
             f"optuna storage: {self.ctx.storage_url}",

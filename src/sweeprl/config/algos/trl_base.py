@@ -57,7 +57,9 @@ class TRLAlgoConfig:
     weight_decay: float = f(0.0, "AdamW weight decay.", non_negative())
     optim: str = f("adamw_torch", "Optimizer (transformers' OptimizerNames).", OPTIMIZERS)
     max_grad_norm: float = f(1.0, "Gradient clipping norm.", positive())
-    gradient_checkpointing: bool = f(False, "Trade compute for memory (useful for large models on GPU).")
+    activation_checkpointing: bool = f(
+        False, "Trade compute for memory (useful for large models on GPU; transformers' gradient_checkpointing)."
+    )
     # -------------------------------------------------------------------------------------- batches
     num_generations: int = f(
         8,
