@@ -14,8 +14,10 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any, Dict, List, Optional
 
+from omegaconf import DictConfig, OmegaConf
 from transformers import TrainerCallback
 
 from sweeprl.analysis import keys
@@ -44,6 +46,8 @@ class Guards:
     """Red-flag checks on every logged record; ``check`` returns a reason string when the trial must stop."""
 
     def __init__(self, guards_cfg: Any, target_kl: float):
+        if isinstance(guards_cfg, DictConfig):  # plain values: ``check`` runs on every logged step
+            guards_cfg = SimpleNamespace(**OmegaConf.to_container(guards_cfg, resolve=True))
         self.cfg = guards_cfg
         self.target_kl = target_kl
         self.s = GuardState()
