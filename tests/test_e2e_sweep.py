@@ -16,7 +16,7 @@ STEPS = 12
 STUDY = "quickstart-lr_kl"
 
 
-def sweep(cwd, model_cache, n_trials):
+def sweep(cwd, model_cache, n_trials, *extra):
     cmd = [
         PYTHON,
         "-m",
@@ -28,6 +28,7 @@ def sweep(cwd, model_cache, n_trials):
         "hydra.sweeper.sampler.seed=0",
         f"algo.max_steps={STEPS}",
         f"model.cache_dir={model_cache}",
+        *extra,
     ]
     proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
@@ -61,7 +62,9 @@ def runs_of(cwd):
 
 def test_study_has_three_complete_trials(first_sweep):
     cwd, _ = first_sweep
-    trials = study_of(cwd).trials
+    study = study_of(cwd)
+    assert study.metric_names == ["objective (stability_adjusted)"]  # what optuna-dashboard calls the value
+    trials = study.trials
     assert [t.state for t in trials] == [optuna.trial.TrialState.COMPLETE] * 3
     assert [t.number for t in trials] == [0, 1, 2]
     for t in trials:
@@ -86,10 +89,20 @@ def test_mlflow_has_one_parent_and_three_children(first_sweep):
     by_number = {int(r.data.tags["sweeprl.trial_number"]): r for r in children}
     for t in study.trials:
         assert by_number[t.number].data.metrics["objective"] == pytest.approx(t.value)
-        assert float(by_number[t.number].data.params["algo.learning_rate"]) == pytest.approx(
-            t.params["algo.learning_rate"]
-        )
+        params = by_number[t.number].data.params
+        assert params["algo.learning_rate"] == f"{t.params['algo.learning_rate']:.4g}"  # as a person reads it
+        assert not {"sweeprl.trial_number", "sweeprl.storage", "sweeprl.parent_run_id"} & set(
+            params
+        )  # tags, not params
+    assert_parent_has_the_best(parent, study)
+
+
+def assert_parent_has_the_best(parent, study):
+    assert parent.info.status == "FINISHED"
     assert parent.data.metrics["best_value"] == pytest.approx(study.best_value)
+    assert parent.data.tags["sweeprl.best_trial"] == str(study.best_trial.number)
+    for key, value in study.best_params.items():
+        assert float(parent.data.tags[f"best.{key}"]) == pytest.approx(value)  # exact: pasteable as an override
 
 
 def test_results_file_matches_best_trial(first_sweep):
@@ -99,6 +112,7 @@ def test_results_file_matches_best_trial(first_sweep):
     assert results["best_value"] == pytest.approx(study.best_value)
     assert results["best_params"] == pytest.approx(study.best_params)
     assert results["best_trial"] == study.best_trial.number
+    assert results["storage"] == f"sqlite:///{cwd}/multirun/{STUDY}/optuna.db"  # the sweep dir says where its study is
     assert "mlflow ui --backend-store-uri sqlite:///" in proc.stdout
     assert "rank" in proc.stdout and "COMPLETE" in proc.stdout
 
@@ -106,13 +120,17 @@ def test_results_file_matches_best_trial(first_sweep):
 def test_rerun_with_more_trials_adds_exactly_the_difference(first_sweep, model_cache):
     cwd, _ = first_sweep
     before = {t.number: (t.params, t.value) for t in study_of(cwd).trials}
-    sweep(cwd, model_cache, 5)
+    # resumed over higher learning rates, which learn more in 12 updates: the two new trials find a new best
+    sweep(cwd, model_cache, 5, "search_space.learning_rate=[5e-3,2e-2]")
     trials = study_of(cwd).trials
     assert len(trials) == 5 and all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
     assert {t.number: (t.params, t.value) for t in trials if t.number in before} == before  # untouched
     _, parents, children = runs_of(cwd)
     assert len(parents) == 1, "the parent run is reused on resume"
     assert sorted(int(r.data.tags["sweeprl.trial_number"]) for r in children) == [0, 1, 2, 3, 4]
+    study = study_of(cwd)
+    assert study.best_value > max(v for _, v in before.values()), "the resumed trials found a new best"
+    assert_parent_has_the_best(parents[0], study)  # the best changed: still FINISHED, with the new best
     # a third run with the same target does nothing
     sweep(cwd, model_cache, 5)
     assert len(study_of(cwd).trials) == 5

@@ -203,6 +203,7 @@ def test_pareto_objective_makes_a_two_objective_study(tmp_path, model_cache):
     )
     study = load(tmp_path, "quickstart-lr")
     assert [d.name for d in study.directions] == ["MAXIMIZE", "MINIMIZE"]
+    assert study.metric_names == ["late_reward", "instability"]  # optuna-dashboard's axis names
     for t in study.trials:
         assert t.state.name == "COMPLETE" and len(t.values) == 2 and t.values[1] >= 0
     import yaml

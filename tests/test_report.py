@@ -145,7 +145,7 @@ def test_report_cli_errors_exit_2(tmp_path, sweep, capsys):
     assert main(["report", str(tmp_path / "missing")]) == 2
     assert "no such directory" in capsys.readouterr().err
     assert main([str(tmp_path)]) == 2  # a directory without optuna.db
-    assert "no optuna.db" in capsys.readouterr().err
+    assert "no optuna.db and no storage recorded" in capsys.readouterr().err
     assert main(["no-such-study", "--storage", f"sqlite:///{sweep[1] / 'optuna.db'}"]) == 2
     err = capsys.readouterr().err
     assert "no study named 'no-such-study'" in err and len(err.strip().splitlines()) == 1
@@ -282,3 +282,37 @@ def test_multi_objective_study_plots_the_pareto_front(tmp_path):
     assert "pareto_front.png" in names and "history.png" not in names and "importances.png" not in names
     assert "slice_algo_learning_rate.png" in names
     assert "Pareto front: trials" in Path(files.markdown).read_text()
+
+
+def test_a_sweep_dir_whose_study_lives_elsewhere_opens_from_its_results_file(tmp_path, capsys):
+    """``trials``/``report`` need only the sweep dir: it records where its study lives (no optuna.db there)."""
+    from hydra_plugins.sweeprl_sweeper.results import RESULTS_FILE, write_results
+    from sweeprl.cli.report import trials_main
+    from sweeprl.report.study import open_study
+
+    elsewhere = tmp_path / "shared"
+    elsewhere.mkdir()
+    storage = _synthetic_study(elsewhere, "far-away", ["maximize"], [0.2, 0.7, None])
+    sweep_dir = tmp_path / "multirun" / "far-away"
+    sweep_dir.mkdir(parents=True)
+    write_results(optuna.load_study(study_name="far-away", storage=storage), str(sweep_dir / RESULTS_FILE), storage)
+    ref = open_study(None, None, str(sweep_dir))
+    assert ref.storage_url == storage and ref.study.study_name == "far-away"
+    assert trials_main([str(sweep_dir)]) == 0
+    assert "study far-away: 3 trials" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "url, written",
+    [
+        ("postgresql+psycopg2://sweeprl:s3cret@db.lan:5432/optuna", "postgresql+psycopg2://sweeprl@db.lan:5432/optuna"),
+        ("postgresql://db.lan/optuna", "postgresql://db.lan/optuna"),
+        ("sqlite:////tmp/x/optuna.db", "sqlite:////tmp/x/optuna.db"),
+        ("runs/optuna.journal", "runs/optuna.journal"),
+        (None, None),
+    ],
+)
+def test_the_recorded_storage_has_no_password(url, written):
+    from hydra_plugins.sweeprl_sweeper.storage import public_url
+
+    assert public_url(url) == written

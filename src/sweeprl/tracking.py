@@ -13,6 +13,8 @@ import os
 import time
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional
 
+from sweeprl.formatting import num
+
 log = logging.getLogger(__name__)
 
 TAG_STUDY = "sweeprl.study_name"
@@ -40,14 +42,16 @@ def ui_command(uri: str) -> str:
 
 
 def flatten(node: Mapping[str, Any], prefix: str = "") -> Dict[str, str]:
-    """Nested config -> ``{"algo.learning_rate": "0.001", ...}`` with MLflow's 6000-char value limit."""
+    """Nested config -> ``{"algo.learning_rate": "0.001259", ...}`` as a person reads it in the MLflow UI: floats
+    to 4 significant digits (the exact values are in the run's ``config.yaml`` artifact and the Optuna study),
+    MLflow's 6000-char value limit."""
     out: Dict[str, str] = {}
     for key, value in node.items():
         path = f"{prefix}{key}"
         if isinstance(value, Mapping) and value:
             out.update(flatten(value, path + "."))
         else:
-            out[path] = str(value)[:6000]
+            out[path] = (num(value, 4) if isinstance(value, float) else str(value))[:6000]
     return out
 
 

@@ -43,6 +43,13 @@ class TrialResult:
         return self.objective.value
 
 
+#: ``sweeprl.*`` values that are not settings of the trial: tags (study, trial number, parent run), a storage URL
+#: (may hold a password), bookkeeping. As params they would also become axes in MLflow's compare view.
+RUNTIME_NOT_PARAMS = frozenset(
+    f"sweeprl.{k}" for k in ("study_name", "storage", "trial_number", "parent_run_id", "run_suffix", "report_to_pruner")
+)
+
+
 def experiment_name(cfg: DictConfig) -> str:
     return cfg.tracking.experiment_name or cfg.sweeprl.study_name or cfg.name
 
@@ -64,7 +71,9 @@ def start_tracking(cfg: DictConfig, resolved: Dict[str, Any]) -> Optional[TrialR
         if rt.trial_number is not None
         else f"{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     )
-    params = flatten(resolved) if cfg.tracking.log_params else {}
+    params = (
+        {k: v for k, v in flatten(resolved).items() if k not in RUNTIME_NOT_PARAMS} if cfg.tracking.log_params else {}
+    )
     return TrialRun(resolve_uri(cfg.tracking.uri), experiment_name(cfg), name, tags, params)
 
 

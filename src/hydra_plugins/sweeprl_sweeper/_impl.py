@@ -15,6 +15,7 @@ import logging
 import os
 import sys
 import time
+import warnings
 from typing import Any, Dict, List, Optional, Sequence
 
 import optuna
@@ -188,6 +189,10 @@ class SweepImpl:
                 "hydra.sweeper.study_name"
             )
         self.ctx.study_name = study.study_name
+        if self.ctx.metric_names and len(self.ctx.metric_names) == len(self.ctx.directions):
+            with warnings.catch_warnings():  # experimental in Optuna since 3.2, unchanged since
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                study.set_metric_names(list(self.ctx.metric_names))
         log.info(f"Study name: {study.study_name}")
         log.info(f"Storage: {url}")
         log.info(f"Sampler: {type(study.sampler).__name__}")
@@ -272,7 +277,7 @@ class SweepImpl:
 
     def _finish(self, study: optuna.Study, started: float, status: str) -> Dict[str, Any]:
         os.makedirs(self.sweep_dir, exist_ok=True)
-        results = write_results(study, os.path.join(self.sweep_dir, RESULTS_FILE))
+        results = write_results(study, os.path.join(self.sweep_dir, RESULTS_FILE), self.ctx.storage_url)
         if "solutions" in results:
             log.info(f"Number of Pareto solutions: {len(results['solutions'])}")
             for sol in results["solutions"]:

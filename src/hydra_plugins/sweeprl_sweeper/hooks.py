@@ -32,8 +32,9 @@ if TYPE_CHECKING:  # Hydra's plugin scan executes this module on every command; 
 
 @dataclass
 class SweepContext:
-    """What the hooks see of the sweep. :meth:`SweepHooks.prepare` may change ``directions`` and ``params``;
-    ``study_name`` and ``storage_url`` are final once the study is open (:meth:`SweepHooks.sweep_started`)."""
+    """What the hooks see of the sweep. :meth:`SweepHooks.prepare` may change ``directions``, ``params`` and
+    ``metric_names``; ``study_name`` and ``storage_url`` are final once the study is open
+    (:meth:`SweepHooks.sweep_started`)."""
 
     config: Any  # DictConfig: the sweep's full composed config, with the ``hydra`` node
     sweep_dir: str
@@ -45,6 +46,8 @@ class SweepContext:
     seeds: List[int] = field(default_factory=list)
     report: bool = True
     settings: Dict[str, Any] = field(default_factory=dict)  # every hydra.sweeper key, as configured
+    # one name per direction, stored in the study (optuna-dashboard and Optuna's plots show them); None: unnamed
+    metric_names: Optional[List[str]] = None
 
 
 class SweepHooks:

@@ -1,7 +1,9 @@
 """Counting finished trials and the ``optimization_results.yaml`` file (hydra-optuna-sweeper 1.3's layout)."""
 
 import math
-from typing import Any, Dict, Sequence
+from typing import Any, Dict, Optional, Sequence
+
+from hydra_plugins.sweeprl_sweeper.storage import public_url
 
 # Hydra's plugin scan executes this module on every command: Optuna and yaml are imported where they are used.
 RESULTS_FILE = "optimization_results.yaml"
@@ -36,33 +38,28 @@ def best_trials(study: Any) -> Sequence[Any]:
     return study.best_trials
 
 
-def results_dict(study: Any) -> Dict[str, Any]:
+def results_dict(study: Any, storage: Optional[str] = None) -> Dict[str, Any]:
     """Content of ``optimization_results.yaml``: hydra-optuna-sweeper 1.3's keys (``name: optuna``, ``best_params``
-    and ``best_value``, or ``solutions`` for several objectives) plus ``study_name`` and the trial numbers.
+    and ``best_value``, or ``solutions`` for several objectives) plus ``study_name``, ``storage`` (where the study
+    lives, without a password: the sweep dir alone is enough to open it again) and the trial numbers.
     Without a COMPLETE trial, ``best_value`` is null (hydra-optuna-sweeper raises instead)."""
     best = best_trials(study)
+    head = {"name": "optuna", "study_name": study.study_name, "storage": public_url(storage)}
     if len(study.directions) == 1:
         if not best:
-            return {"name": "optuna", "study_name": study.study_name, "best_params": {}, "best_value": None}
+            return {**head, "best_params": {}, "best_value": None}
         t = best[0]
-        return {
-            "name": "optuna",
-            "study_name": study.study_name,
-            "best_trial": t.number,
-            "best_params": dict(t.params),
-            "best_value": float(t.value),
-        }
+        return {**head, "best_trial": t.number, "best_params": dict(t.params), "best_value": float(t.value)}
     return {
-        "name": "optuna",
-        "study_name": study.study_name,
+        **head,
         "solutions": [{"trial": t.number, "params": dict(t.params), "values": list(t.values)} for t in best],
     }
 
 
-def write_results(study: Any, path: str) -> Dict[str, Any]:
+def write_results(study: Any, path: str, storage: Optional[str] = None) -> Dict[str, Any]:
     import yaml
 
-    data = results_dict(study)
+    data = results_dict(study, storage)
     with open(path, "w") as fh:
         yaml.safe_dump(data, fh, sort_keys=False)
     return data

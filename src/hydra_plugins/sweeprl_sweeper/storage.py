@@ -25,6 +25,24 @@ def _quiet_heartbeat_warnings() -> None:
     warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used with Study.optimize")
 
 
+def public_url(url: Optional[str]) -> Optional[str]:
+    """``url`` without its password, to be written down (``optimization_results.yaml``): a PostgreSQL/MySQL URL
+    keeps user, host and database, and whoever opens it again supplies the password as the sweep did (the
+    driver's environment: ``PGPASSWORD``, ``~/.pgpass``, or an ``${oc.env:…}`` in the URL). Other storages
+    (SQLite, journal files) are returned unchanged; ``None`` (in memory) stays ``None``."""
+    if not url or "://" not in url or url.startswith("sqlite"):
+        return url
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return url.split("://", 1)[0] + "://…"  # unparseable: never write what might be a secret
+    # URL is a NamedTuple; its set() treats password=None as "unchanged"
+    return parsed._replace(password=None).render_as_string(hide_password=False) if parsed.password else url
+
+
 def make_storage(
     url: Optional[str],
     heartbeat_interval: Optional[int] = None,

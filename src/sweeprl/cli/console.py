@@ -2,22 +2,34 @@
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Dict, Iterable, List, Optional, Sequence
 
 from rich import box
-from rich.console import Console
+from rich.console import Console, Group, RenderableType
+from rich.measure import Measurement
 from rich.table import Table
+from rich.text import Text
 
 from sweeprl.analysis.diagnosis import sweep_level
 from sweeprl.analysis.objective import penalty_sum, reward_term
 from sweeprl.formatting import num
 from sweeprl.study import TrialRow
 
-console = Console(highlight=False)
-if not console.is_terminal:
-    # CI / SLURM logs / pipes: rich would assume 80 columns and truncate every cell of a trial table.
-    console = Console(highlight=False, width=220)
+#: width of output that does not go to a terminal (CI, SLURM logs, pipes) unless ``COLUMNS`` says otherwise
+PIPE_WIDTH = 120
+
+
+def make_console() -> Console:
+    """A terminal's own width; elsewhere ``COLUMNS`` when set, else :data:`PIPE_WIDTH` (rich would assume 80)."""
+    probe = Console(highlight=False)
+    if probe.is_terminal or os.environ.get("COLUMNS", "").isdigit():
+        return probe  # rich reads COLUMNS itself
+    return Console(highlight=False, width=PIPE_WIDTH)
+
+
+console = make_console()
 
 
 def sweep_wide(rows: Sequence[TrialRow]) -> Dict[str, int]:
@@ -42,61 +54,112 @@ def short_reason(reason: str) -> str:
     return first if len(first) <= 60 else first[:59] + "…"
 
 
+#: short column names for the params people sweep most (a narrow terminal keeps every swept value visible)
+SHORT_NAMES = {
+    "learning_rate": "lr",
+    "temperature": "temp",
+    "num_generations": "n_gen",
+    "per_device_train_batch_size": "batch",
+    "gradient_accumulation_steps": "accum",
+    "max_completion_length": "max_len",
+    "init_kl_coef": "kl_coef",
+}
+#: narrower than this, the findings column goes below the table as one line per trial
+MIN_NOTES_WIDTH = 24
+
+
 def _param_names(keys: Sequence[str]) -> Dict[str, str]:
-    """Column names: the last part of each param path (``algo.learning_rate`` -> ``learning_rate``), the full
-    path where two params would share it."""
-    leaves = [k.rsplit(".", 1)[-1] for k in keys]
+    """Column names: the last part of each param path, shortened (``algo.learning_rate`` -> ``lr``), the full
+    path where two params would share a name."""
+    leaves = [SHORT_NAMES.get(k.rsplit(".", 1)[-1], k.rsplit(".", 1)[-1]) for k in keys]
     return {k: (leaf if leaves.count(leaf) == 1 else k) for k, leaf in zip(keys, leaves)}
 
 
-def trials_table(rows: Sequence[TrialRow], title: str, max_rows: int = 50, width: Optional[int] = None) -> Table:
-    """Rank, trial, state, objective (with its reward and penalties when there is room), the swept params and
-    what to know about each trial: its own findings, or why it was pruned or failed. Findings that fire on most
-    trials describe the sweep, not a trial: they go to the caption, once. Fits an 80-column terminal."""
+def trials_table(
+    rows: Sequence[TrialRow], title: str, max_rows: int = 50, width: Optional[int] = None
+) -> RenderableType:
+    """Rank, trial, state, objective and every swept param, always (they never shrink or wrap); the reward and
+    penalty terms and the run time when there is room; then what to know about each trial — its own findings, or
+    why it was pruned or failed — in a last column, or as one line per trial below the table when the terminal is
+    too narrow for it. Findings that fire on most trials describe the sweep, not a trial: they are said once."""
     width = width or console.width
     param_keys: List[str] = sorted({k for r in rows for k in r.params})
     names = _param_names(param_keys)
-    show_terms = any(r.terms for r in rows) and width >= 100
-    show_seconds = width >= 110
     common = sweep_wide(rows)
     finished = sum(r.state in ("COMPLETE", "PRUNED") for r in rows)
-    caption = (
-        "on most trials (a property of the sweep, not of a trial): "
-        + ", ".join(f"{f} ({n}/{finished})" for f, n in common.items())
-        if common
-        else None
-    )
-    table = Table(
-        title=title, caption=caption, caption_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, expand=False
-    )
-    for col in ("#", "trial", "state", "objective"):
-        table.add_column(col, justify="left" if col == "state" else "right", no_wrap=True)
-    if show_terms:
-        table.add_column("reward", justify="right", no_wrap=True)
-        table.add_column("penalty", justify="right", no_wrap=True)
-    for k in param_keys:
-        table.add_column(names[k], justify="right", no_wrap=True)
-    if show_seconds:
-        table.add_column("s", justify="right", no_wrap=True)
-    table.add_column("findings / why not ranked", overflow="fold", ratio=1, min_width=16)
-    rank = 0
-    for r in rows[:max_rows]:
-        rank_txt = ""
+    shown = list(rows[:max_rows])
+    ranks, rank = [], 0
+    for r in shown:
         if r.state == "COMPLETE" and r.value is not None:
             rank += 1
-            rank_txt = str(rank)
-        cells = [rank_txt, str(r.number), r.state, num(r.value, 4)]
-        if show_terms:
-            cells += [num(reward_term(r.terms), 3), num(penalty_sum(r.terms), 3) if r.terms else "-"]
-        cells += [num(r.params[k], 3) if k in r.params else "-" for k in param_keys]
-        if show_seconds:
-            cells.append(f"{r.seconds:.0f}" if r.seconds is not None else "-")
-        notes = [f for f in r.findings if f not in common]
+            ranks.append(str(rank))
+        else:
+            ranks.append("")
+    notes = []
+    for r in shown:
+        why = [f for f in r.findings if f not in common]
         if r.state != "COMPLETE" and r.reason:
-            notes.insert(0, short_reason(r.reason))
-        cells.append(", ".join(notes))
-        table.add_row(*cells)
-    return table
+            why.insert(0, short_reason(r.reason))
+        notes.append(", ".join(why))
+
+    def build(show_terms: bool, show_seconds: bool, notes_inline: bool) -> Table:
+        table = Table(box=box.SIMPLE_HEAD, pad_edge=False, expand=False)
+        for col in ("rank", "trial", "state", "objective"):
+            table.add_column(col, justify="left" if col == "state" else "right", no_wrap=True)
+        if show_terms:
+            table.add_column("reward", justify="right", no_wrap=True)
+            table.add_column("penalty", justify="right", no_wrap=True)
+        for k in param_keys:
+            table.add_column(names[k], justify="right", no_wrap=True)
+        if show_seconds:
+            table.add_column("time", justify="right", no_wrap=True)
+        if notes_inline:
+            table.add_column("findings / why not ranked", overflow="fold", ratio=1, min_width=MIN_NOTES_WIDTH)
+        for r, rank_txt, note in zip(shown, ranks, notes):
+            cells = [rank_txt, str(r.number), r.state, num(r.value, 4)]
+            if show_terms:
+                cells += [num(reward_term(r.terms), 3), num(penalty_sum(r.terms), 3) if r.terms else "-"]
+            cells += [num(r.params[k], 4) if k in r.params else "-" for k in param_keys]
+            if show_seconds:
+                cells.append(f"{r.seconds:.0f}s" if r.seconds is not None else "-")
+            if notes_inline:
+                cells.append(note)
+            table.add_row(*cells)
+        return table
+
+    def fits(table: Table, extra: int) -> bool:
+        return Measurement.get(console, console.options.update(width=10_000), table).maximum + extra <= width
+
+    has_terms, has_notes = any(r.terms for r in rows), any(notes)
+    table = None
+    for show_terms, show_seconds in ((has_terms, True), (False, True), (False, False)):
+        candidate = build(show_terms, show_seconds, notes_inline=False)
+        if fits(candidate, MIN_NOTES_WIDTH + 2 if has_notes else 0):
+            table = build(show_terms, show_seconds, notes_inline=True) if has_notes else candidate
+            break
+    below: List[str] = []
+    if table is None:  # the priority columns alone: what each trial is known for goes below, one line each
+        table = build(False, False, notes_inline=False)
+        below = [f"trial {r.number}: {note}" for r, note in zip(shown, notes) if note]
+    if common:
+        below.append(
+            "on most trials (a property of the sweep, not of a trial): "
+            + ", ".join(f"{f} ({n}/{finished})" for f, n in common.items())
+        )
+    if len(rows) > len(shown):
+        below.append(f"… and {len(rows) - len(shown)} more trials (python -m sweeprl trials SWEEP_DIR lists all)")
+    return Group(Text(title, overflow="fold"), table, *(Text(line, overflow="fold") for line in below))
+
+
+def print_block(renderable: RenderableType) -> None:
+    """A table (or any block) as a person reads it: in a terminal as rich draws it; in a log or pipe without the
+    spaces rich pads every line with up to the table's width."""
+    if console.is_terminal:
+        console.print(renderable)
+        return
+    with console.capture() as captured:
+        console.print(renderable)
+    print("\n".join(line.rstrip() for line in captured.get().splitlines()))
 
 
 def print_markdown(text: str) -> None:

@@ -153,13 +153,13 @@ def trials_main(argv: List[str]) -> int:
     except (ReportError, ValueError) as exc:
         print(f"sweeprl trials: {exc}", file=sys.stderr)
         return 2
-    from sweeprl.cli.console import console, trials_table
+    from sweeprl.cli.console import console, print_block, trials_table
 
     rows = ranked_rows(ref.study)
     if not rows:
         console.print(f"study {ref.study.study_name} ({ref.storage_url}) has no trials yet", soft_wrap=True)
         return 0
-    console.print(
+    print_block(
         trials_table(rows, title=f"study {ref.study.study_name}: {len(rows)} trials (best first)", max_rows=len(rows))
     )
     return 0

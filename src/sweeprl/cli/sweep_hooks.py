@@ -55,6 +55,7 @@ class SweeprlHooks(SweepHooks):
         if objective == "pareto" and ctx.directions != ["maximize", "minimize"]:
             log.info("objective=pareto: study directions set to [maximize (reward), minimize (instability)]")
             ctx.directions = ["maximize", "minimize"]
+        ctx.metric_names = ["late_reward", "instability"] if objective == "pareto" else [f"objective ({objective})"]
         source = OmegaConf.select(ctx.config, "sweep_from", default=None)
         if not source:
             return
@@ -203,18 +204,24 @@ class SweeprlHooks(SweepHooks):
 
     def sweep_finished(self, study: Any, results: Dict[str, Any], status: str, seconds: float) -> None:
         """The ranked trials table, the parent run's best value and end, the report, and a summary."""
-        from sweeprl.cli.console import console, trials_table
+        from sweeprl.cli.console import console, print_block, trials_table
         from sweeprl.study import ranked_rows
         from sweeprl.tracking import ui_command
 
         results_path = str(Path(self.ctx.sweep_dir) / RESULTS_FILE)
         rows = ranked_rows(study)
-        console.print(trials_table(rows, title=f"study {self.ctx.study_name}: {len(rows)} trials (best first)"))
+        print_block(trials_table(rows, title=f"study {self.ctx.study_name}: {len(rows)} trials (best first)"))
         if self.tracker and self.parent_run:
             if results.get("best_value") is not None:
+                # tags, not params: a resumed sweep may find a new best, and MLflow params can never change
                 self.tracker.log_metrics(self.parent_run, [("best_value", results["best_value"], len(rows))])
-                self.tracker.log_params(self.parent_run, {f"best.{k}": v for k, v in results["best_params"].items()})
-                self.tracker.set_tags(self.parent_run, {"sweeprl.best_trial": results["best_trial"]})
+                self.tracker.set_tags(
+                    self.parent_run,
+                    {
+                        "sweeprl.best_trial": results["best_trial"],
+                        **{f"best.{k}": v for k, v in results["best_params"].items()},
+                    },
+                )
             self.tracker.log_artifact(self.parent_run, results_path)
             self.tracker.end_run(self.parent_run, status)
         lines = [

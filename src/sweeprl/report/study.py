@@ -13,6 +13,7 @@ import optuna
 from optuna.distributions import BaseDistribution, FloatDistribution, IntDistribution
 from optuna.trial import FrozenTrial
 
+from hydra_plugins.sweeprl_sweeper.results import RESULTS_FILE
 from sweeprl import trial_record
 from sweeprl.analysis.objective import penalty_sum
 from sweeprl.study import TrialRow, make_storage
@@ -36,6 +37,19 @@ def sqlite_path(url: str) -> Optional[str]:
         return None
     path = url[len("sqlite:///") :]
     return None if path in ("", ":memory:") else path
+
+
+def recorded_storage(sweep_dir: Path) -> Optional[str]:
+    """The storage URL the sweep wrote into its ``optimization_results.yaml`` (without a password: the driver's
+    environment supplies it, as it did for the sweep), or None."""
+    import yaml
+
+    try:
+        data = yaml.safe_load((sweep_dir / RESULTS_FILE).read_text())
+    except (OSError, yaml.YAMLError):
+        return None
+    url = data.get("storage") if isinstance(data, dict) else None
+    return str(url) if url else None
 
 
 def _first_line(exc: BaseException) -> str:
@@ -77,12 +91,12 @@ def open_study(
             )
         db = d / "optuna.db"
         if storage is None:
-            if not db.is_file():
-                raise ReportError(
-                    f"{sweep_dir}: no optuna.db in this directory (not a sweeprl sweep dir); pass --storage URL if "
-                    "the study lives elsewhere"
-                )
-            storage = f"sqlite:///{db.resolve()}"
+            storage = f"sqlite:///{db.resolve()}" if db.is_file() else recorded_storage(d)
+        if storage is None:
+            raise ReportError(
+                f"{sweep_dir}: no optuna.db and no storage recorded in {RESULTS_FILE} (not a sweeprl sweep dir, or one "
+                "that has not finished a round yet); pass --storage URL"
+            )
     if storage is None:
         raise ReportError(
             f"study {study_name!r}: a storage URL is required (--storage sqlite:///path/optuna.db) unless STUDY is a "
