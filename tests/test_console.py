@@ -59,9 +59,7 @@ def test_every_row_keeps_rank_trial_objective_and_every_swept_value(width):
         assert f" {name} " in f" {header} "
     rank = 0
     for row in _rows():
-        cells = [str(row.number), row.state, num(row.value, 4)] + [
-            num(row.params[k], 4) for k in sorted(PARAMS)
-        ]
+        cells = [str(row.number), row.state, num(row.value, 4)] + [num(row.params[k], 4) for k in sorted(PARAMS)]
         if row.state == "COMPLETE":
             rank += 1
             cells.insert(0, str(rank))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 
 import optuna
@@ -153,3 +155,36 @@ def test_diagnosis_of_a_trial_from_mlflow_and_from_its_dir(first_sweep):
     assert diagnose(from_mlflow).ids() == diagnose(from_dir).ids()
     tags = {k for k in run.data.tags if k.startswith("diag.")}
     assert tags == {f"diag.{i}" for i in diagnose(from_dir).ids()}
+
+
+def test_sixteen_trial_console_is_short_and_ends_with_the_next_commands(tmp_path, model_cache):
+    """On a pipe, a 16-trial sweep reads in ≤ 40 lines: one per trial event, a short table, then the three commands
+    a user types next; the first of them reproduces the best trial exactly."""
+    cmd = [PYTHON, "-m", "sweeprl", "-m", "experiment=quickstart", "sweep=lr_kl", "hydra.sweeper.sampler.seed=0"]
+    cmd += ["algo.max_steps=6", f"model.cache_dir={model_cache}"]
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}  # a pipe's default width (120)
+    proc = subprocess.run(
+        cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=900
+    )
+    lines = proc.stdout.splitlines()
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    assert len(lines) <= 40, proc.stdout
+    assert sum("] [trial " in line for line in lines) == 16  # one line per trial
+    assert not any("Launching" in line or "sweeprl.storage=" in line or "mlflow.store" in line for line in lines)
+    what = [line.split(": ", 1)[0] for line in lines[-3:]]
+    assert what == ["reproduce the best trial", "run the suggested next sweep", "compare the trials in MLflow"]
+    reproduce = lines[-3].split(": ", 1)[1].split()
+    assert reproduce[1:3] == ["-m", "sweeprl"] and "experiment=quickstart" in reproduce
+    assert "/#/experiments/" in lines[-1] and "/runs" in lines[-1]
+    study = optuna.load_study(study_name=STUDY, storage=f"sqlite:///{tmp_path}/multirun/{STUDY}/optuna.db")
+    out = tmp_path / "again"
+    rerun = subprocess.run(
+        [PYTHON, *reproduce[1:], f"model.cache_dir={model_cache}", f"hydra.run.dir={out}", "tracking.enabled=false"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    value = json.loads((out / "objective.json").read_text())["objective"]
+    assert value == pytest.approx(study.best_value, rel=1e-9)  # seeded CPU runs reproduce exactly

@@ -91,6 +91,17 @@ def test_plain_mode_prints_one_line_per_finished_trial():
     assert lines[1].startswith("progress: 1/3 finished (1 complete, 0 pruned, 1 failed this run)")
 
 
+def test_plain_mode_prints_counts_every_quarter_of_a_longer_sweep():
+    c = console(False)
+    p = SweepProgress("s", 16, console=c)
+    with p:
+        for n in range(16):
+            p.trial_started(n, f"x={n}", "/nonexistent")
+            p.trial_finished(n, "PRUNED" if n % 3 else "COMPLETE", float(n))
+    lines = c.file.getvalue().splitlines()
+    assert [line.split()[1] for line in lines] == ["4/16", "8/16", "12/16"]  # the end: the sweep's summary
+
+
 def test_eta_spreads_remaining_trial_time_over_the_slots():
     p = SweepProgress("s", 10, parallel=2, console=console(False))
     assert p.eta_seconds() is None  # nothing to extrapolate from yet

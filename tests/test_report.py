@@ -4,6 +4,7 @@ on hand-made rows and synthetic studies (no training)."""
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import subprocess
@@ -136,6 +137,25 @@ def test_trials_prints_ranked_table(sweep, study, capsys):
         if states and states[0] >= 1:
             printed.append(int(cells[states[0] - 1]))  # the trial number stands left of its state
     assert printed == [r.number for r in ranked_rows(study)]
+
+
+def test_trials_csv_and_json_carry_exact_values(sweep, study, capsys):
+    import csv
+
+    from sweeprl.cli.report import trials_main
+
+    assert trials_main([str(sweep[1]), "--format", "json"]) == 0
+    records = json.loads(capsys.readouterr().out)
+    assert [r["trial"] for r in records] == [t.number for t in sorted(study.trials, key=lambda t: -t.value)]
+    assert [r["rank"] for r in records] == [1, 2, 3]
+    for r in records:
+        assert r["params"] == study.trials[r["trial"]].params and r["objective"] == study.trials[r["trial"]].value
+    assert trials_main([str(sweep[1]), "--format", "csv"]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert [int(r["trial"]) for r in rows] == [r["trial"] for r in records]
+    assert {float(r["param.algo.learning_rate"]) for r in rows} == {
+        t.params["algo.learning_rate"] for t in study.trials
+    }
 
 
 @pytest.mark.e2e

@@ -4,6 +4,10 @@
 from __future__ import annotations
 
 import math
+import os
+import shutil
+import sys
+from pathlib import Path
 from typing import Any
 
 
@@ -17,3 +21,26 @@ def num(v: Any, digits: int = 3) -> str:
     if isinstance(v, int) or not math.isfinite(v):
         return str(v)
     return f"{v:.{digits}g}"
+
+
+def executable(name: str = "python") -> str:
+    """How a person in the current directory runs this environment's ``name`` (``python``, ``mlflow``) in a
+    command sweeprl prints: the bare name when that is what ``PATH`` finds, else the venv's path relative to here
+    (``.venv/bin/mlflow``) or absolute."""
+    exe = Path(sys.executable) if name == "python" else Path(sys.executable).with_name(name)
+    found = shutil.which(name)
+    if found and Path(found).resolve() == exe.resolve():
+        return name
+    try:
+        return str(exe.relative_to(Path.cwd()))
+    except ValueError:
+        return str(exe)
+
+
+#: set to 1 by ``python -m sweeprl -v …`` (and inherited by trial processes): a sweep's log keeps every trial's
+#: start and step lines, Hydra's launch lines and the libraries' INFO messages, which are otherwise left out
+VERBOSE_ENV = "SWEEPRL_VERBOSE"
+
+
+def verbose() -> bool:
+    return os.environ.get(VERBOSE_ENV) == "1"

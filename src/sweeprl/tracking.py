@@ -13,7 +13,7 @@ import os
 import time
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional
 
-from sweeprl.formatting import num
+from sweeprl.formatting import executable, num
 
 log = logging.getLogger(__name__)
 
@@ -22,6 +22,7 @@ TAG_ROLE = "sweeprl.role"
 TAG_TRIAL = "sweeprl.trial_number"
 TAG_STATE = "sweeprl.state"
 PARENT_TAG = "mlflow.parentRunId"
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 RUN_NAME_TAG = "mlflow.runName"
 
 
@@ -34,11 +35,20 @@ def resolve_uri(uri: Optional[str]) -> str:
     return uri or default_tracking_uri()
 
 
-def ui_command(uri: str) -> str:
-    """The command that opens this store in the MLflow UI."""
+MLFLOW_UI = "http://127.0.0.1:5000"  # where ``mlflow ui`` serves by default
+
+
+def runs_page(base: str, experiment_id: Optional[str]) -> str:
+    """The MLflow UI page of an experiment's runs table (MLflow 3's route), or the UI's start page."""
+    return f"{base.rstrip('/')}/#/experiments/{experiment_id}/runs" if experiment_id else base
+
+
+def ui_command(uri: str, experiment_id: Optional[str] = None) -> str:
+    """What to type to see this store's runs: the page of a tracking server, or the ``mlflow ui`` of this
+    environment (the venv's, which need not be on PATH) and the page it will serve."""
     if uri.startswith(("http://", "https://")):
-        return f"open {uri}  (tracking server)"
-    return f"mlflow ui --backend-store-uri {uri}"
+        return f"open {runs_page(uri, experiment_id)}  (tracking server)"
+    return f"{executable('mlflow')} ui --backend-store-uri {uri}   then open {runs_page(MLFLOW_UI, experiment_id)}"
 
 
 def flatten(node: Mapping[str, Any], prefix: str = "") -> Dict[str, str]:
@@ -114,7 +124,8 @@ class SafeTracker:
                     self.client.restore_experiment(exp.experiment_id)
                 return exp.experiment_id
             try:
-                return self.client.create_experiment(name)
+                # a training experiment: MLflow 3's UI then opens on the runs table, not on the GenAI traces view
+                return self.client.create_experiment(name, tags={EXPERIMENT_KIND_TAG: "custom_model_development"})
             except Exception:  # created concurrently by another trial/driver
                 exp = self.client.get_experiment_by_name(name)
                 if exp is None:

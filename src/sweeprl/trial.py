@@ -22,6 +22,7 @@ from sweeprl import trial_record
 from sweeprl.analysis.objective import ObjectiveError, ObjectiveResult, compute_objective, objective_metrics
 from sweeprl.config.algos import ALGOS
 from sweeprl.config.validate import validate_once
+from sweeprl.formatting import verbose
 from sweeprl.tracking import PARENT_TAG, TAG_ROLE, TAG_STATE, TAG_STUDY, TAG_TRIAL, flatten, resolve_uri
 from sweeprl.tracking_worker import TrialRun
 
@@ -247,7 +248,9 @@ def _build_trainer(cfg: DictConfig, out: Path, run: Optional[TrialRun], progress
         path, revision=cfg.model.revision, trust_remote_code=cfg.model.trust_remote_code
     )
     train_ds, eval_ds = build_datasets(cfg.data, tokenizer)
-    log.info(
+    in_sweep = cfg.sweeprl.trial_number is not None
+    log.log(
+        logging.DEBUG if in_sweep and not verbose() else logging.INFO,
         "%s: model=%s device=%s prompts=%d",
         "run" if cfg.sweeprl.trial_number is None else f"trial {cfg.sweeprl.trial_number}",
         path,
@@ -276,5 +279,5 @@ def _build_trainer(cfg: DictConfig, out: Path, run: Optional[TrialRun], progress
         callbacks=[recorder, pruning] + ([FaultCallback(fault)] if fault else []),
     )
     label = f"trial {cfg.sweeprl.trial_number}" if cfg.sweeprl.trial_number is not None else cfg.name
-    use_progress_display(trainer, bars=progress_bars, label=label)
+    use_progress_display(trainer, bars=progress_bars, label=label, lines=not in_sweep or verbose())
     return trainer, recorder, pruning, fault

@@ -40,6 +40,7 @@ from hydra_plugins.sweeprl_sweeper.search_space import (
     SearchSpace,
     SearchSpaceError,
     distributions_from_config,
+    format_distribution,
     grid_of,
     grid_size,
     parse_search_space,
@@ -193,10 +194,11 @@ class SweepImpl:
             with warnings.catch_warnings():  # experimental in Optuna since 3.2, unchanged since
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                 study.set_metric_names(list(self.ctx.metric_names))
-        log.info(f"Study name: {study.study_name}")
-        log.info(f"Storage: {url}")
-        log.info(f"Sampler: {type(study.sampler).__name__}")
-        log.info(f"Directions: {self.ctx.directions}")
+        # hydra-optuna-sweeper's four start lines; the one summary line after them says the same (see sweep())
+        log.debug(f"Study name: {study.study_name}")
+        log.debug(f"Storage: {url}")
+        log.debug(f"Sampler: {type(study.sampler).__name__}")
+        log.debug(f"Directions: {self.ctx.directions}")
         return study, storage
 
     # ------------------------------------------------------------------------------------ child processes
@@ -226,12 +228,14 @@ class SweepImpl:
         loop = Scheduler(self, study, storage, space, passthrough)
         loop.fail_stale()  # trials of a driver that died: FAIL, configs re-queued
         log.info(
-            "study '%s' (%s): %d/%d trials finished; search space: %s",
+            "study '%s' (%s), %s, %s: %d/%d trials finished; search space: %s",
             study.study_name,
             self.ctx.storage_url or "in memory",
+            type(study.sampler).__name__,
+            "/".join(self.ctx.directions),
             finished_count(study),
             self.n_trials,
-            ", ".join(f"{k}={v}" for k, v in space.distributions.items()) or "(none)",
+            " ".join(f"{k}={format_distribution(v)}" for k, v in space.distributions.items()) or "(none)",
         )
         started = time.monotonic()
         loop.progress = self._make_progress(study)
@@ -283,8 +287,8 @@ class SweepImpl:
             for sol in results["solutions"]:
                 log.info(f"    Values: {sol['values']}, Params: {sol['params']}")
         else:
-            log.info(f"Best parameters: {results.get('best_params')}")
-            log.info(f"Best value: {results.get('best_value')}")
+            log.debug(f"Best parameters: {results.get('best_params')}")  # the hooks' closing lines say it
+            log.debug(f"Best value: {results.get('best_value')}")
         self.hooks.sweep_finished(study, results, status, time.monotonic() - started)
         return results
 

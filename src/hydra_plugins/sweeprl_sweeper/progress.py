@@ -3,8 +3,8 @@
 On a TTY, a rich live panel under the scrolling log: trials finished / running / pruned / failed of
 ``n_trials``, the best objective so far with its params, one row per running trial (its elapsed time and params,
 plus the app's own columns from the hooks — sweeprl shows the step and current reward and KL) and an ETA.
-Elsewhere (CI, SLURM logs, pipes) one plain line per finished trial with the same counts, so a log file tells the
-story too.
+Elsewhere (CI, SLURM logs, pipes) a plain line with the same counts every quarter of the sweep, between the
+sweeper's one line per finished trial, so a log file tells the story too.
 
 The sweeper calls :meth:`SweepProgress.trial_started` / :meth:`trial_finished` from its loop; the live panel
 refreshes itself from a background thread (rich's auto-refresh), so it keeps moving while an in-process trial
@@ -103,8 +103,14 @@ class SweepProgress:
                 better = self.best is None or (value > self.best[0] if self.maximize else value < self.best[0])
                 if better:
                     self.best = (value, number, params)
-        if self.mode == "plain":
+        if self.mode == "plain" and self._milestone():
             self.console.print(f"progress: {self.status_line()}", soft_wrap=True, highlight=False)
+
+    def _milestone(self) -> bool:
+        """Plain lines: each trial already logs its own outcome line, so the counts come every quarter of the
+        sweep, not after every trial (and not at its end, which the sweep's closing lines report)."""
+        every = max(1, -(-self.n_trials // 4))
+        return sum(self.counts.values()) % every == 0 and self.finished < self.n_trials
 
     # ------------------------------------------------------------------ numbers
     @property

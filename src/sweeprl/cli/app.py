@@ -41,6 +41,11 @@ PRECHECKED_ENV = "SWEEPRL_PRECHECKED"
 
 def main(args: List[str]) -> Optional[int]:
     """Check the command line (unless a driver did), then run it; 2 = refused before running."""
+    if any(a in ("-v", "--verbose") for a in args):  # sweeprl's flag, not Hydra's: trial processes inherit it
+        from sweeprl.formatting import VERBOSE_ENV
+
+        os.environ[VERBOSE_ENV] = "1"
+        args = [a for a in args if a not in ("-v", "--verbose")]
     prechecked = os.environ.get(PRECHECKED_ENV) == "1"
     overrides = single_run_overrides(args)
     if overrides is not None:

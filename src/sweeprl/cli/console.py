@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import io
 import os
 import re
-from typing import Dict, Iterable, List, Optional, Sequence
+from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 from rich import box
 from rich.console import Console, Group, RenderableType
-from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
@@ -76,12 +76,19 @@ def _param_names(keys: Sequence[str]) -> Dict[str, str]:
 
 
 def trials_table(
-    rows: Sequence[TrialRow], title: str, max_rows: int = 50, width: Optional[int] = None
+    rows: Sequence[TrialRow],
+    title: str,
+    max_rows: int = 50,
+    width: Optional[int] = None,
+    wrap_notes: bool = True,
+    all_rows_command: str = "python -m sweeprl trials SWEEP_DIR",
 ) -> RenderableType:
     """Rank, trial, state, objective and every swept param, always (they never shrink or wrap); the reward and
     penalty terms and the run time when there is room; then what to know about each trial — its own findings, or
     why it was pruned or failed — in a last column, or as one line per trial below the table when the terminal is
-    too narrow for it. Findings that fire on most trials describe the sweep, not a trial: they are said once."""
+    too narrow for it. Findings that fire on most trials describe the sweep, not a trial: they are said once.
+    ``wrap_notes=False``: one line per trial (a long note ends in …); the first ``max_rows`` trials are shown,
+    then a line naming ``all_rows_command``."""
     width = width or console.width
     param_keys: List[str] = sorted({k for r in rows for k in r.params})
     names = _param_names(param_keys)
@@ -97,13 +104,13 @@ def trials_table(
             ranks.append("")
     notes = []
     for r in shown:
-        why = [f for f in r.findings if f not in common]
-        if r.state != "COMPLETE" and r.reason:
-            why.insert(0, short_reason(r.reason))
+        reason = short_reason(r.reason) if r.state != "COMPLETE" else ""
+        # a guard's stop is also a finding of the same name: said once
+        why = ([reason] if reason else []) + [f for f in r.findings if f not in common and f"guard {f}" != reason]
         notes.append(", ".join(why))
 
-    def build(show_terms: bool, show_seconds: bool, notes_inline: bool) -> Table:
-        table = Table(box=box.SIMPLE_HEAD, pad_edge=False, expand=False)
+    def build(show_terms: bool, show_seconds: bool, notes_inline: bool, notes_width: int = 0) -> Table:
+        table = Table(box=box.SIMPLE_HEAD, pad_edge=False, expand=False, show_edge=False)
         for col in ("rank", "trial", "state", "objective"):
             table.add_column(col, justify="left" if col == "state" else "right", no_wrap=True)
         if show_terms:
@@ -123,32 +130,45 @@ def trials_table(
             if show_seconds:
                 cells.append(f"{r.seconds:.0f}s" if r.seconds is not None else "-")
             if notes_inline:
-                cells.append(note)
+                cells.append(note if wrap_notes or len(note) <= notes_width else note[: notes_width - 1] + "…")
             table.add_row(*cells)
         return table
 
-    def fits(table: Table, extra: int) -> bool:
-        return Measurement.get(console, console.options.update(width=10_000), table).maximum + extra <= width
+    def spare(table: Table) -> int:
+        """Columns left beside ``table`` (as drawn, unconstrained) for the notes column and its separator."""
+        probe = Console(width=10_000, file=io.StringIO(), highlight=False)
+        probe.print(table)
+        drawn = max(len(line.rstrip()) for line in probe.file.getvalue().splitlines())
+        return width - drawn - 3
 
     has_terms, has_notes = any(r.terms for r in rows), any(notes)
     table = None
     for show_terms, show_seconds in ((has_terms, True), (False, True), (False, False)):
         candidate = build(show_terms, show_seconds, notes_inline=False)
-        if fits(candidate, MIN_NOTES_WIDTH + 2 if has_notes else 0):
-            table = build(show_terms, show_seconds, notes_inline=True) if has_notes else candidate
+        room = spare(candidate)
+        if room >= (MIN_NOTES_WIDTH if has_notes else -2):
+            table = build(show_terms, show_seconds, True, room) if has_notes else candidate
             break
-    below: List[str] = []
+    below: List[Any] = []
     if table is None:  # the priority columns alone: what each trial is known for goes below, one line each
         table = build(False, False, notes_inline=False)
         below = [f"trial {r.number}: {note}" for r, note in zip(shown, notes) if note]
+        if not wrap_notes:
+            below = [Text(line, overflow="ellipsis", no_wrap=True) for line in below]
     if common:
         below.append(
             "on most trials (a property of the sweep, not of a trial): "
             + ", ".join(f"{f} ({n}/{finished})" for f, n in common.items())
         )
     if len(rows) > len(shown):
-        below.append(f"… and {len(rows) - len(shown)} more trials (python -m sweeprl trials SWEEP_DIR lists all)")
-    return Group(Text(title, overflow="fold"), table, *(Text(line, overflow="fold") for line in below))
+        title += f"; the first {len(shown)} shown (all: {all_rows_command})"
+    lines = [line if isinstance(line, Text) else Text(line, overflow="fold") for line in below]
+    return Group(Text(title, overflow="fold"), table, *lines)
+
+
+def help_text(doc: Optional[str]) -> str:
+    """A module docstring as command help: without the reST double backticks that read as noise in a terminal."""
+    return (doc or "").replace("``", "")
 
 
 def print_block(renderable: RenderableType) -> None:

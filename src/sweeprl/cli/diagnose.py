@@ -16,16 +16,25 @@ from typing import List
 from sweeprl import trial_record
 from sweeprl.analysis.diagnosis import Thresholds, diagnose, thresholds_from, to_markdown
 from sweeprl.analysis.history import load
-from sweeprl.cli.console import print_markdown
+from sweeprl.analysis.objective import DEFAULT_TARGET_KL
+from sweeprl.cli.console import help_text, print_markdown
 
 
 def main(argv: List[str]) -> int:
     ap = argparse.ArgumentParser(
-        prog="python -m sweeprl diagnose", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="python -m sweeprl diagnose",
+        description=help_text(__doc__),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     ap.add_argument("source")
     ap.add_argument("--target-reward", type=float, help="report reward_below_target under this late-window reward")
-    ap.add_argument("--target-kl", type=float, help=f"KL target (default {Thresholds.target_kl})")
+    ap.add_argument(
+        "--target-kl",
+        type=float,
+        help="KL target (default: the run's objective.target_kl when SOURCE has its config, e.g. a trial dir; else "
+        f"{DEFAULT_TARGET_KL['per_token']:g} for a per-token KL as GRPO/RLOO log it, "
+        f"{DEFAULT_TARGET_KL['per_sequence']:g} for PPO's per-completion KL)",
+    )
     ap.add_argument("--format", choices=("markdown", "json"), default="markdown")
     ap.add_argument(
         "--threshold",

@@ -12,12 +12,32 @@ sweep dir (or ``--out DIR``), prints the written files, and attaches them to the
 from __future__ import annotations
 
 import argparse
+import csv
+import json
 import logging
 import os
 import sys
-from typing import List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, List, Optional, Sequence, TextIO, Tuple
+
+if TYPE_CHECKING:
+    from sweeprl.study import TrialRow
 
 SUBCOMMANDS = ("report", "trials")
+
+STUDY_HELP = """STUDY is a sweep dir (multirun/<study>/): its optuna.db, or the storage its optimization_results.yaml
+records. Or a study name, with --storage URL (e.g. sqlite:///multirun/quickstart-lr_kl/optuna.db)."""
+REPORT_HELP = f"""Write the report of a sweep: report.md, a self-contained report.html, PNG figures and next_sweep.json,
+into the sweep dir (or --out DIR), and attach them to the sweep's MLflow parent run (artifact path report/)
+unless --no-mlflow. The MLflow store is --tracking-uri, else MLFLOW_TRACKING_URI, else the one the sweep used.
+
+{STUDY_HELP}"""
+TRIALS_HELP = f"""Print a study's trials ranked best first: COMPLETE trials by objective, then the pruned and failed
+ones with why. The table fits the terminal (COLUMNS, else 120 columns in a pipe); --format csv|json gives every
+value exactly, for scripts.
+
+{STUDY_HELP}
+
+example: python -m sweeprl trials multirun/quickstart-lr_kl --format csv > trials.csv"""
 
 
 def _split_study(positionals: Sequence[str]) -> Tuple[Optional[str], Optional[str], Optional[str]]:
@@ -76,7 +96,7 @@ def main(argv: List[str]) -> int:
         argv = argv[1:]
     ap = _parser(
         "python -m sweeprl report",
-        __doc__ or "",
+        REPORT_HELP,
         "%(prog)s STUDY [--storage URL] [--out DIR] [--top-k K] [--tracking-uri URI] [--no-mlflow]",
     )
     ap.add_argument("--out", help="write the report here instead of the sweep dir")
@@ -138,8 +158,14 @@ def trials_main(argv: List[str]) -> int:
     rest)."""
     ap = _parser(
         "python -m sweeprl trials",
-        "Print the ranked table of a study's trials.\n\n" + (__doc__ or "").split("\n\n", 1)[1],
-        "%(prog)s STUDY [--storage URL]",
+        TRIALS_HELP,
+        "%(prog)s STUDY [--storage URL] [--format table|csv|json]",
+    )
+    ap.add_argument(
+        "--format",
+        choices=("table", "csv", "json"),
+        default="table",
+        help="table (sized to the terminal), csv or json (every trial, exact values, for scripts)",
     )
     args = ap.parse_args(list(argv))
     _logging()
@@ -156,6 +182,9 @@ def trials_main(argv: List[str]) -> int:
     from sweeprl.cli.console import console, print_block, trials_table
 
     rows = ranked_rows(ref.study)
+    if args.format != "table":
+        write_rows(rows, args.format, sys.stdout)
+        return 0
     if not rows:
         console.print(f"study {ref.study.study_name} ({ref.storage_url}) has no trials yet", soft_wrap=True)
         return 0
@@ -163,6 +192,46 @@ def trials_main(argv: List[str]) -> int:
         trials_table(rows, title=f"study {ref.study.study_name}: {len(rows)} trials (best first)", max_rows=len(rows))
     )
     return 0
+
+
+def write_rows(rows: Sequence["TrialRow"], fmt: str, out: TextIO) -> None:
+    """The ranked trials as CSV (one column per swept param, ``param.<name>``) or a JSON list, exact values."""
+    from sweeprl.analysis.objective import penalty_sum, reward_term
+
+    param_keys = sorted({k for r in rows for k in r.params})
+    rank, records = 0, []
+    for r in rows:
+        ranked = r.state == "COMPLETE" and r.value is not None
+        if ranked:
+            rank += 1
+        records.append(
+            {
+                "rank": rank if ranked else None,
+                "trial": r.number,
+                "state": r.state,
+                "objective": r.value,
+                "values": r.values,
+                "reward": reward_term(r.terms) if r.terms else None,
+                "penalty": penalty_sum(r.terms) if r.terms else None,
+                "params": {k: r.params.get(k) for k in param_keys},
+                "seconds": r.seconds,
+                "findings": list(r.findings),
+                "reason": r.reason,
+            }
+        )
+    if fmt == "json":
+        json.dump(records, out, indent=1)
+        out.write("\n")
+        return
+    writer = csv.writer(out, lineterminator="\n")
+    head = ["rank", "trial", "state", "objective", "reward", "penalty"]
+    writer.writerow(head + [f"param.{k}" for k in param_keys] + ["seconds", "findings", "reason"])
+    for rec in records:
+        writer.writerow(
+            [rec[k] if rec[k] is not None else "" for k in head]
+            + [rec["params"][k] if rec["params"][k] is not None else "" for k in param_keys]
+            + [rec["seconds"] if rec["seconds"] is not None else "", " ".join(rec["findings"]), rec["reason"]]
+        )
 
 
 def _logging() -> None:

@@ -14,13 +14,16 @@ import json
 import sys
 from typing import Any, Dict, List
 
+from sweeprl.cli.console import help_text
 from sweeprl.rewards import REGISTRY, build_reward, load_builtin
 
 
 def parse_args(argv: List[str]) -> argparse.Namespace:
     load_builtin()
     ap = argparse.ArgumentParser(
-        prog="python -m sweeprl score", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="python -m sweeprl score",
+        description=help_text(__doc__),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     ap.add_argument("--reward", required=True, choices=sorted(REGISTRY), help="registered reward name")
     ap.add_argument("--problems", help="problems JSONL (id, prompt, tests[, reference_solution]); default: shipped set")

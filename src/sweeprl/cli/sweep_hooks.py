@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
+from collections import Counter
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -28,7 +30,7 @@ from hydra_plugins.sweeprl_sweeper.outcomes import Outcome
 from hydra_plugins.sweeprl_sweeper.results import RESULTS_FILE
 from hydra_plugins.sweeprl_sweeper.search_space import SearchSpace, SearchSpaceError, format_value, quote
 from sweeprl import trial_record
-from sweeprl.formatting import num
+from sweeprl.formatting import executable, num
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +40,16 @@ def _best_line(results: Dict[str, Any]) -> str:
         return "best: none (no trial completed)"
     params = " ".join(f"{k}={num(v, 4)}" for k, v in (results.get("best_params") or {}).items())
     return f"best: {num(results['best_value'], 4)} (trial {results.get('best_trial')}) with {params}"
+
+
+#: trials in the table that ends a sweep (``trials SWEEP_DIR`` lists them all)
+SUMMARY_ROWS = 8
+
+
+def _relative(path: str) -> str:
+    """A path as short as a person would type it from the launch dir."""
+    rel = os.path.relpath(path)
+    return rel if not rel.startswith("..") else path
 
 
 class SweeprlHooks(SweepHooks):
@@ -51,6 +63,7 @@ class SweeprlHooks(SweepHooks):
     # ---------------------------------------------------------------------------------------- before the study
     def prepare(self) -> None:
         ctx = self.ctx
+        quiet_sweep_log()
         objective = str(OmegaConf.select(ctx.config, "objective.name", default="stability_adjusted"))
         if objective == "pareto" and ctx.directions != ["maximize", "minimize"]:
             log.info("objective=pareto: study directions set to [maximize (reward), minimize (instability)]")
@@ -210,7 +223,15 @@ class SweeprlHooks(SweepHooks):
 
         results_path = str(Path(self.ctx.sweep_dir) / RESULTS_FILE)
         rows = ranked_rows(study)
-        print_block(trials_table(rows, title=f"study {self.ctx.study_name}: {len(rows)} trials (best first)"))
+        print_block(
+            trials_table(
+                rows,
+                title=f"study {self.ctx.study_name}: {len(rows)} trials (best first)",
+                max_rows=SUMMARY_ROWS,
+                wrap_notes=False,
+                all_rows_command=f"{executable()} -m sweeprl trials {_relative(self.ctx.sweep_dir)}",
+            )
+        )
         if self.tracker and self.parent_run:
             if results.get("best_value") is not None:
                 # tags, not params: a resumed sweep may find a new best, and MLflow params can never change
@@ -224,28 +245,70 @@ class SweeprlHooks(SweepHooks):
                 )
             self.tracker.log_artifact(self.parent_run, results_path)
             self.tracker.end_run(self.parent_run, status)
-        lines = [
-            f"sweep {status.lower()} in {seconds:.0f} s; results: {results_path}",
-            _best_line(results)
-            if len(self.ctx.directions) == 1
-            else f"pareto front: {len(results.get('solutions', []))} trials",
-            f"optuna storage: {self.ctx.storage_url}",
-        ]
+        counts = Counter(r.state for r in rows)
+        done = f"sweep {status.lower()} in {seconds:.0f} s: " + ", ".join(
+            f"{n} {state.lower()}" for state, n in sorted(counts.items())
+        )
+        files = [f"results {_relative(results_path)}"]
+        commands: List[Tuple[str, str]] = []
+        if results.get("best_trial") is not None:
+            commands.append(("reproduce the best trial", self.reproduce_command(int(results["best_trial"]))))
         if self.ctx.report and rows:
             try:
                 from sweeprl.report.build import build_report
                 from sweeprl.report.mlflow_upload import log_report_to_mlflow
 
-                files = build_report(str(self.ctx.study_name), self.ctx.storage_url, self.ctx.sweep_dir)
-                lines.append(f"report: {files.html}")
+                report = build_report(str(self.ctx.study_name), self.ctx.storage_url, self.ctx.sweep_dir)
+                files.append(f"report {_relative(report.html)}")
+                if report.next_sweep_command:
+                    commands.append(("run the suggested next sweep", report.next_sweep_command))
                 if self.tracking_uri:
-                    log_report_to_mlflow(files, self.tracking_uri, str(self.ctx.study_name))
+                    log_report_to_mlflow(report, self.tracking_uri, str(self.ctx.study_name))
             except Exception as exc:  # noqa: BLE001 - a report problem must not fail a finished sweep
                 log.warning("sweep report not written: %s: %s", type(exc).__name__, exc)
         if self.tracking_uri:
-            lines.append(f"compare trials in MLflow: {ui_command(self.tracking_uri)}")
+            commands.append(("compare the trials in MLflow", ui_command(self.tracking_uri, self.experiment_id)))
+        lines = [
+            f"{done}; {', '.join(files)}",
+            _best_line(results)
+            if len(self.ctx.directions) == 1
+            else f"pareto front: {len(results.get('solutions', []))} trials",
+        ]
         for line in lines:
             console.print(line, soft_wrap=True)
+        for what, command in commands:
+            console.print(f"{what}: {command}", soft_wrap=True)
+
+    def reproduce_command(self, number: int) -> str:
+        """One run with the best trial's exact settings: the overrides it ran with (its ``.hydra/overrides.yaml``),
+        without the sweep preset and the sweeper's ``sweeprl.*`` plumbing."""
+        import yaml
+
+        dirs = [self.trial_dir(number), *trial_record.seed_dirs(self.trial_dir(number))]
+        for d in dirs:
+            try:
+                items = yaml.safe_load((d / ".hydra" / "overrides.yaml").read_text()) or []
+            except (OSError, yaml.YAMLError):
+                continue
+            keep = [str(o) for o in items if not str(o).lstrip("+~").startswith(("sweeprl.", "sweep="))]
+            return " ".join([executable(), "-m sweeprl", *keep])  # a multi-seed trial: its first seed
+        return ""
+
+
+#: loggers whose INFO lines repeat per trial or say nothing a sweep's reader needs (unless ``-v``): Hydra's
+#: "Launching 1 jobs locally" + the full override list, MLflow's store set-up, Optuna's "A new study created"
+QUIET_LOGGERS = ("hydra._internal.core_plugins.basic_launcher", "mlflow", "optuna", "alembic")
+
+
+def quiet_sweep_log() -> None:
+    """One line per trial event in a sweep's console: library INFO lines off (``-v`` keeps them)."""
+    from sweeprl.formatting import verbose
+
+    if verbose():
+        return
+    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")  # MLflow sets its loggers' level when imported
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 class _Absent:

@@ -33,7 +33,7 @@ import optuna
 
 from sweeprl.analysis.diagnosis import sweep_level
 from sweeprl.analysis.objective import REWARD_TERMS, penalty_sum, reward_term
-from sweeprl.formatting import num
+from sweeprl.formatting import executable, num
 from sweeprl.report.document import Block, to_html, to_markdown
 from sweeprl.report.figures import (
     PARETO_NAMES,
@@ -77,6 +77,7 @@ class ReportFiles:
     html: str
     images: List[str] = field(default_factory=list)
     next_sweep: Optional[str] = None
+    next_sweep_command: Optional[str] = None  # the command that runs the suggested next sweep
     sweep_dir: Optional[str] = None  # where the trial dirs are (may differ from out_dir)
     notes: List[str] = field(default_factory=list)  # figures or sections that were skipped, and why
 
@@ -421,7 +422,9 @@ def _next_sweep(doc: _Doc, sw: _Sweep) -> None:
         doc.files.next_sweep = path
         launch = _launch_overrides(sw.infos, sw.dists)
         name = f"hydra.sweeper.study_name={sw.study.study_name}-next"
-        doc.add("code", " ".join(["python -m sweeprl -m", *launch, f"+sweep_from={path}", name]))
+        command = " ".join([executable(), "-m sweeprl -m", *launch, f"+sweep_from={path}", name])
+        doc.files.next_sweep_command = command
+        doc.add("code", command)
     else:
         doc.skip("Next sweep", "no complete trial to narrow the ranges around")
     if nxt["votes"]:
@@ -473,5 +476,5 @@ def build_report(
         section(doc, sw)
     Path(files.markdown).write_text(to_markdown(doc.blocks, out))
     Path(files.html).write_text(to_html(doc.blocks, f"Sweep report: {study.study_name}"))
-    log.info("report of study %s written to %s (%d figures)", study.study_name, out, len(files.images))
+    log.debug("report of study %s written to %s (%d figures)", study.study_name, out, len(files.images))
     return files

@@ -85,12 +85,12 @@ class ProgressLines(TrainerCallback):
             log.info("%s step %d/%d %s", self.label, step, state.max_steps, brief)
 
 
-def use_progress_display(trainer: Any, *, bars: bool, label: str) -> None:
-    """Replace the trainer's progress/printer callbacks by :class:`QuietProgress` (``bars``) or
-    :class:`ProgressLines`."""
+def use_progress_display(trainer: Any, *, bars: bool, label: str, lines: bool = True) -> None:
+    """Replace the trainer's progress/printer callbacks by :class:`QuietProgress` (``bars``), by
+    :class:`ProgressLines` (``lines``), or by nothing (a sweep's trial: the driver shows its progress)."""
     trainer.remove_callback(ProgressCallback)
     trainer.remove_callback(PrinterCallback)
     if bars:
         trainer.add_callback(QuietProgress())
-    else:
+    elif lines:
         trainer.add_callback(ProgressLines(label, every=max(1, trainer.args.max_steps // 5)))

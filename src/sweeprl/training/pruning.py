@@ -22,6 +22,7 @@ from transformers import TrainerCallback
 
 from sweeprl.analysis import keys
 from sweeprl.analysis.objective import ObjectiveError, compute_objective, target_kl_of
+from sweeprl.formatting import verbose
 
 log = logging.getLogger(__name__)
 
@@ -155,4 +156,7 @@ class PruningCallback(TrainerCallback):
         if reason:
             self.reason, self.stopped_at = reason, step
             control.should_training_stop = True
-            log.warning("trial %s stopped at step %d: %s", self.cfg.sweeprl.trial_number, step, reason)
+            # a sweep's trial: the sweeper logs the same reason on the trial's PRUNED line
+            in_sweep = self.cfg.sweeprl.trial_number is not None
+            level = logging.DEBUG if in_sweep and not verbose() else logging.WARNING
+            log.log(level, "trial %s stopped at step %d: %s", self.cfg.sweeprl.trial_number, step, reason)
