@@ -46,6 +46,10 @@ def main(args: List[str]) -> Optional[int]:
 
         os.environ[VERBOSE_ENV] = "1"
         args = [a for a in args if a not in ("-v", "--verbose")]
+    if any(a in ("-h", "--help") for a in args):  # sweeprl's own; Hydra's stays as --hydra-help
+        from sweeprl.cli.help import main as print_help
+
+        return print_help(args)
     prechecked = os.environ.get(PRECHECKED_ENV) == "1"
     overrides = single_run_overrides(args)
     if overrides is not None:
