@@ -3,7 +3,7 @@
 #   bash scripts/setup.sh          runtime: CPU torch 2.13.0 + sweeprl (editable)
 #   bash scripts/setup.sh --test   the same plus test dependencies and the system packages tests use
 #                                  (Debian: ocaml-nox for the OCaml reward, bubblewrap for the sandbox,
-#                                  postgresql for the multi-driver tests)
+#                                  postgresql for the multi-driver tests, chromium for the report's layout test)
 # Environment: PYTHON (default python3); SWEEPRL_TORCH="skip" keeps a torch you installed yourself
 # (e.g. a CUDA build: see README "GPU install").
 set -euo pipefail
@@ -24,6 +24,7 @@ apt_install() {  # packages the tests need; installed with apt-get when missing 
   command -v ocamlc >/dev/null || missing+=(ocaml-nox)
   command -v bwrap >/dev/null || missing+=(bubblewrap)
   ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || missing+=(postgresql)
+  command -v chromium >/dev/null || missing+=(chromium)  # the report is measured in a real browser
   [ ${#missing[@]} -eq 0 ] && return 0
   local SUDO=""
   if [ "$(id -u)" != 0 ]; then

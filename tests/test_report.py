@@ -68,7 +68,9 @@ def _table_rows(page: str) -> list[list[str]]:
 @pytest.mark.e2e
 def test_html_is_self_contained_and_ranks_every_trial(report, study):
     page = Path(report.html).read_text()
-    assert 'src="http' not in page and 'href="http' not in page and "<script" not in page and "<link" not in page
+    assert 'src="http' not in page and "<script" not in page and "<link" not in page  # nothing loaded from afar
+    # the only web links are navigation to the trials' MLflow runs
+    assert all(h.startswith("http://127.0.0.1:5000/#/runs/") for h in re.findall(r'href="(http[^"]*)"', page))
     imgs = re.findall(r"<img\b[^>]*>", page)
     assert len(imgs) == len(report.images) >= 5
     assert all('src="data:image/png;base64,' in tag for tag in imgs)
@@ -336,3 +338,54 @@ def test_the_recorded_storage_has_no_password(url, written):
     from hydra_plugins.sweeprl_sweeper.storage import public_url
 
     assert public_url(url) == written
+
+
+@pytest.mark.e2e
+def test_report_fits_a_1280px_window_with_a_working_link_per_trial(report, study, sweep):
+    """Measured in headless Chromium, as a person sees it: no sideways scrolling of the page or of the trials
+    table at 1280 px; each trial row links to its diagnosis (a file that exists, as the browser resolves the
+    link) and to its MLflow run (the run the trial logged)."""
+    import importlib.util
+    import os
+    import shutil
+    from urllib.parse import unquote, urlparse
+
+    from mlflow.tracking import MlflowClient
+
+    chromium = shutil.which("chromium")
+    if not os.environ.get("CI") and (chromium is None or importlib.util.find_spec("playwright") is None):
+        pytest.skip("needs Debian's chromium and playwright (scripts/setup.sh --test installs both; CI has them)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.goto(Path(report.html).as_uri())
+            sizes = page.evaluate(
+                """() => { const t = document.getElementById('trials');
+                   return {page: document.documentElement.scrollWidth, window: window.innerWidth,
+                           table: t.scrollWidth, box: t.clientWidth}; }"""
+            )
+            rows = page.evaluate(
+                """() => [...document.querySelectorAll('#trials tbody tr')].map(tr => ({
+                   trial: tr.children[1].textContent,
+                   links: [...tr.querySelectorAll('a')].map(a => [a.textContent, a.href])}))"""
+            )
+        finally:
+            browser.close()
+    assert sizes["page"] <= sizes["window"] and sizes["table"] <= sizes["box"], sizes
+    client = MlflowClient(f"sqlite:///{sweep[0] / 'mlflow.db'}")
+    exp = client.get_experiment_by_name(STUDY)
+    run_of = {
+        int(r.data.tags["sweeprl.trial_number"]): r.info.run_id
+        for r in client.search_runs([exp.experiment_id])
+        if r.data.tags.get("sweeprl.role") == "trial"
+    }
+    assert sorted(int(r["trial"]) for r in rows) == sorted(t.number for t in study.trials)
+    for row in rows:
+        links = dict(row["links"])
+        target = urlparse(links["diagnosis"])
+        assert target.scheme == "file" and Path(unquote(target.path)).name == "diagnosis.md"
+        assert Path(unquote(target.path)).is_file(), links["diagnosis"]
+        assert links["run"] == f"http://127.0.0.1:5000/#/runs/{run_of[int(row['trial'])]}"

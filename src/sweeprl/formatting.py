@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -44,3 +45,18 @@ VERBOSE_ENV = "SWEEPRL_VERBOSE"
 
 def verbose() -> bool:
     return os.environ.get(VERBOSE_ENV) == "1"
+
+
+def short_reason(reason: str) -> str:
+    """A prune/fail reason cut to what fits a table cell: ``pruned at step 10``, ``guard kl_runaway at step 12``,
+    the first clause of an error."""
+    if not reason:
+        return ""
+    first = reason.strip().splitlines()[0]
+    m = re.match(r"pruner: .* at step (\d+)", first)
+    if m:
+        return f"pruned at step {m.group(1)}"
+    m = re.match(r"guard:(\w+)", first)
+    if m:
+        return f"guard {m.group(1)}"
+    return first if len(first) <= 60 else first[:59] + "…"

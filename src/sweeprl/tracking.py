@@ -43,6 +43,11 @@ def runs_page(base: str, experiment_id: Optional[str]) -> str:
     return f"{base.rstrip('/')}/#/experiments/{experiment_id}/runs" if experiment_id else base
 
 
+def run_page(base: str, run_id: str) -> str:
+    """The MLflow UI page of one run (the UI finds its experiment)."""
+    return f"{base.rstrip('/')}/#/runs/{run_id}"
+
+
 def ui_command(uri: str, experiment_id: Optional[str] = None) -> str:
     """What to type to see this store's runs: the page of a tracking server, or the ``mlflow ui`` of this
     environment (the venv's, which need not be on PATH) and the page it will serve."""

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import os
-import re
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 from rich import box
@@ -14,7 +13,7 @@ from rich.text import Text
 
 from sweeprl.analysis.diagnosis import sweep_level
 from sweeprl.analysis.objective import penalty_sum, reward_term
-from sweeprl.formatting import num
+from sweeprl.formatting import num, short_reason
 from sweeprl.study import TrialRow
 
 #: width of output that does not go to a terminal (CI, SLURM logs, pipes) unless ``COLUMNS`` says otherwise
@@ -37,21 +36,6 @@ def sweep_wide(rows: Sequence[TrialRow]) -> Dict[str, int]:
     finished = {r.number: r.findings for r in rows if r.state in ("COMPLETE", "PRUNED")}
     common = sweep_level(finished)
     return {f: sum(f in ids for ids in finished.values()) for f in sorted(common)}
-
-
-def short_reason(reason: str) -> str:
-    """A prune/fail reason cut to what fits a table cell: ``pruned at step 10``, ``guard kl_runaway at step 12``,
-    the first clause of an error."""
-    if not reason:
-        return ""
-    first = reason.strip().splitlines()[0]
-    m = re.match(r"pruner: .* at step (\d+)", first)
-    if m:
-        return f"pruned at step {m.group(1)}"
-    m = re.match(r"guard:(\w+)", first)
-    if m:
-        return f"guard {m.group(1)}"
-    return first if len(first) <= 60 else first[:59] + "…"
 
 
 #: short column names for the params people sweep most (a narrow terminal keeps every swept value visible)

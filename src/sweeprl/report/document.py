@@ -9,7 +9,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Sequence
+from typing import Dict, List, Sequence, Tuple
 
 log = logging.getLogger(__name__)
 
@@ -23,6 +23,9 @@ class Block:
     rows: List[List[str]] = field(default_factory=list)
     path: str = ""  # img: file path
     attrs: Dict[str, str] = field(default_factory=dict)
+    # table cells, keyed (row, column): a link target (relative paths are relative to the report) or a tooltip
+    links: Dict[Tuple[int, int], str] = field(default_factory=dict)
+    tips: Dict[Tuple[int, int], str] = field(default_factory=dict)
 
 
 def _md_cell(s: str) -> str:
@@ -49,7 +52,15 @@ def to_markdown(blocks: Sequence[Block], out_dir: str) -> str:
         elif b.kind == "table":
             lines.append("| " + " | ".join(_md_cell(h) for h in b.header) + " |")
             lines.append("|" + "---|" * len(b.header))
-            lines += ["| " + " | ".join(_md_cell(c) for c in r) + " |" for r in b.rows]
+            lines += [
+                "| "
+                + " | ".join(
+                    f"[{_md_cell(c)}]({b.links[r_i, c_i]})" if (r_i, c_i) in b.links else _md_cell(c)
+                    for c_i, c in enumerate(r)
+                )
+                + " |"
+                for r_i, r in enumerate(b.rows)
+            ]
             lines.append("")
         elif b.kind == "img":
             rel = os.path.relpath(b.path, out_dir)
@@ -67,6 +78,13 @@ table { border-collapse: collapse; font-size: .85em; margin: .8em 0; display: bl
 th, td { border: 1px solid #ddd; padding: .3em .55em; text-align: right; white-space: nowrap; }
 th { background: #f4f4f4; }
 td.text, th.text { text-align: left; white-space: normal; min-width: 8em; }
+/* the trials table: rank and trial stay in view while the rest scrolls sideways (within the table, never the page) */
+#trials th:nth-child(-n+2), #trials td:nth-child(-n+2) { position: sticky; background: #fff; z-index: 1; }
+#trials th:nth-child(1), #trials td:nth-child(1) { left: 0; width: 3.2em; min-width: 3.2em; max-width: 3.2em;
+  box-sizing: border-box; }
+#trials th:nth-child(2), #trials td:nth-child(2) { left: 3.2em; }
+#trials th:nth-child(-n+2) { background: #f4f4f4; } #trials tr.best td:nth-child(-n+2) { background: #eef8ee; }
+td a { color: #0b5cad; }
 tr.state-FAIL td { color: #a33; } tr.state-PRUNED td { color: #777; } tr.best td { background: #eef8ee; }
 figure { margin: 1em 0; } figure img { max-width: 100%; border: 1px solid #eee; }
 figcaption { font-size: .85em; color: #555; }
@@ -74,6 +92,17 @@ figcaption { font-size: .85em; color: #555; }
 pre { background: #f6f8fa; padding: .8em; overflow-x: auto; font-size: .85em; }
 code { font-family: SFMono-Regular, Consolas, Menlo, monospace; }
 """
+
+
+def _html_cell(b: Block, row: int, col: int, text: str, is_text: bool) -> str:
+    e = html.escape
+    body = e(text)
+    if (row, col) in b.links:
+        body = f'<a href="{e(b.links[row, col])}">{body}</a>'
+    attrs = ' class="text"' if is_text else ""
+    if (row, col) in b.tips:
+        attrs += f' title="{e(b.tips[row, col])}"'
+    return f"<td{attrs}>{body}</td>"
 
 
 def to_html(blocks: Sequence[Block], title: str) -> str:
@@ -105,7 +134,7 @@ def to_html(blocks: Sequence[Block], title: str) -> str:
             text_cols = {
                 i
                 for i, h in enumerate(b.header)
-                if h in ("state", "params", "findings", "reason", "param", "range", "why")
+                if h in ("state", "params", "findings", "reason", "param", "range", "why", "findings / why not ranked")
             }
             tid = f' id="{e(b.attrs["id"])}"' if "id" in b.attrs else ""
             parts.append(
@@ -119,13 +148,7 @@ def to_html(blocks: Sequence[Block], title: str) -> str:
             for r_i, r in enumerate(b.rows):
                 cls = b.attrs.get(f"row{r_i}", "")
                 parts.append(f'<tr class="{e(cls)}">' if cls else "<tr>")
-                parts.append(
-                    "".join(
-                        f'<td class="text">{e(c)}</td>' if i in text_cols else f"<td>{e(c)}</td>"
-                        for i, c in enumerate(r)
-                    )
-                    + "</tr>"
-                )
+                parts.append("".join(_html_cell(b, r_i, c_i, c, c_i in text_cols) for c_i, c in enumerate(r)) + "</tr>")
             parts.append("</tbody></table>")
         elif b.kind == "img":
             data = base64.b64encode(Path(b.path).read_bytes()).decode("ascii")
