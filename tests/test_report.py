@@ -91,7 +91,7 @@ def test_markdown_references_valid_pngs(report):
         data = (md_path.parent / ref).read_bytes()
         assert data[:8] == PNG_MAGIC and len(data) > 1024, ref
     names = {Path(p).name for p in report.images}
-    assert {"history.png", "parallel_coordinate.png", "curves.png", "objective_terms.png"} <= names
+    assert {"history.png", "parallel_coordinate.png", "curves.png", "objective_terms.png", "contour.png"} <= names
     assert {"slice_algo_learning_rate.png", "slice_algo_beta.png"} <= names
     assert "## Trials (best first)" in md and "## Sweep diagnosis" in md and "## Suggested next sweep" in md
 
@@ -389,3 +389,25 @@ def test_report_fits_a_1280px_window_with_a_working_link_per_trial(report, study
         assert target.scheme == "file" and Path(unquote(target.path)).name == "diagnosis.md"
         assert Path(unquote(target.path)).is_file(), links["diagnosis"]
         assert links["run"] == f"http://127.0.0.1:5000/#/runs/{run_of[int(row['trial'])]}"
+
+
+def test_contour_draws_the_failed_trials_where_they_were_sampled(tmp_path):
+    from sweeprl.report.figures import contour_figure, contour_pair
+
+    storage = _synthetic_study(tmp_path, "c", ["maximize"], [0.1, 0.5, None, 0.3, 0.7, None, 0.2])
+    study = optuna.load_study(study_name="c", storage=storage)
+    pair = contour_pair(study)
+    assert set(pair) == {"algo.learning_rate", "algo.beta"}
+    fig = contour_figure(study, pair)
+    try:
+        ax = fig.axes[0]
+        x, y = ax.get_xlabel(), ax.get_ylabel()
+        failed = [c for c in ax.collections if c.get_label() == "fail"]
+        assert len(failed) == 1
+        drawn = sorted(map(tuple, failed[0].get_offsets().tolist()))
+        assert drawn == sorted((t.params[x], t.params[y]) for t in study.trials if t.state.name == "FAIL")
+        assert ax.get_yscale() == "log" if y == "algo.learning_rate" else ax.get_xscale() == "log"
+    finally:
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)

@@ -40,6 +40,8 @@ from sweeprl.report.figures import (
     PARETO_NAMES,
     _pyplot,
     _save,
+    contour_figure,
+    contour_pair,
     curves_figure,
     history_figure,
     importance_figure,
@@ -344,9 +346,19 @@ def _optimization(doc: _Doc, sw: _Sweep) -> None:
             rough = f" — rough with only {n} complete trials" if n < 8 else ""
             doc.figure(
                 "importances.png",
-                f"Parameter importances (Optuna's fANOVA on the {n} complete trials{rough})",
+                f"Parameter importances (Optuna's default evaluator, PED-ANOVA, on the {n} complete trials{rough}): "
+                "how much each param explains of the objective's variation, not in which direction — see the "
+                "slices and the contour for that",
                 lambda: importance_figure(study),
             )
+    pair = contour_pair(study)
+    if pair:
+        doc.figure(
+            "contour.png",
+            f"{pair[0]} × {pair[1]}: the objective of the complete trials as a contour (darker = higher), pruned "
+            "trials as grey x, failed as red x — where the good region is and where runs were stopped",
+            lambda: contour_figure(study, pair),
+        )
     doc.figure(
         "parallel_coordinate.png",
         "Parallel coordinates: every complete trial's params, coloured by objective",

@@ -130,6 +130,54 @@ def slice_figure(study: optuna.Study, param: str):
     return fig
 
 
+def contour_pair(study: optuna.Study) -> Optional[Tuple[str, str]]:
+    """The two numeric swept params to draw against each other: the only two, else the two Optuna ranks most
+    important; None with fewer than two or fewer than 3 complete trials."""
+    numeric = [p for p, d in distributions_of(study).items() if isinstance(d, (FloatDistribution, IntDistribution))]
+    if len(numeric) < 2 or len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))) < 3:
+        return None
+    if len(numeric) > 2:
+        try:
+            ranked = _quiet(lambda: optuna.importance.get_param_importances(study, params=numeric, **_target(study)))
+            numeric = [p for p in ranked if p in numeric] or numeric
+        except (RuntimeError, ValueError):
+            pass
+    return numeric[0], numeric[1]
+
+
+def contour_figure(study: optuna.Study, params: Tuple[str, str]):
+    """Objective over two params (Optuna's contour of the complete trials, log axes for log params), with the
+    pruned (grey x) and failed (red x) trials drawn where they were sampled."""
+    ax = _quiet(lambda: optuna.visualization.matplotlib.plot_contour(study, params=list(params), **_target(study)))
+    fig = _fig_of(ax)
+    axis = fig.axes[0]
+    x, y = axis.get_xlabel(), axis.get_ylabel()  # Optuna orders the two params itself
+    for state, style in ((TrialState.PRUNED, {"color": "0.45"}), (TrialState.FAIL, {"color": "tab:red"})):
+        pts = [
+            (t.params[x], t.params[y])
+            for t in study.get_trials(deepcopy=False, states=(state,))
+            if x in t.params and y in t.params
+        ]
+        if pts:
+            axis.scatter(*zip(*pts), marker="x", s=36, linewidths=1.4, label=state.name.lower(), zorder=5, **style)
+    if axis.get_legend_handles_labels()[0]:
+        axis.legend(fontsize=8, loc="upper right")
+    # the whole searched ranges (Optuna's contour spans the complete trials only; pruned ones lie outside it)
+    dists = distributions_of(study)
+    for name, set_lim in ((x, axis.set_xlim), (y, axis.set_ylim)):
+        dist = dists.get(name)
+        if isinstance(dist, (FloatDistribution, IntDistribution)) and dist.high > dist.low:
+            if is_log_param(study, name):
+                pad = (dist.high / dist.low) ** 0.03
+                set_lim(dist.low / pad, dist.high * pad)
+            else:
+                pad = 0.03 * (dist.high - dist.low)
+                set_lim(dist.low - pad, dist.high + pad)
+    axis.set_title(f"{_target(study).get('target_name', 'Objective')} over {x} × {y}")
+    fig.set_size_inches(7.5, 5.5)
+    return fig
+
+
 def load_curves(dirs: Sequence[str]) -> Dict[str, Tuple[List[float], List[float]]]:
     """``{"reward"|"kl"|"entropy": (steps, values)}`` from a trial dir's ``metrics.jsonl`` (first readable dir)."""
     from sweeprl.analysis.curves import curve
