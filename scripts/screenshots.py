@@ -4,7 +4,7 @@
 Usage (from the repository root):
 
     .venv/bin/python scripts/screenshots.py [--out docs/img] [--workdir DIR] [--chromium /usr/bin/chromium]
-                                            [--only optuna|mlflow] [--no-optimize]
+                                            [--only optuna|mlflow|report] [--no-optimize]
 
 What it does, all on this machine (servers bind 127.0.0.1 only; the browser may load nothing but 127.0.0.1):
 
@@ -24,6 +24,7 @@ What it does, all on this machine (servers bind 127.0.0.1 only; the browser may 
      mlflow-ui.png            MLflow's runs table: the parent run "sweep-quickstart-lr_kl" expanded to its nested
                               "trial-<n>" runs, with entropy, kl, objective, reward, algo.beta,
                               algo.learning_rate and sweeprl.state columns
+     report.png               the sweep report (report.html) at a 1280 px window: summary and trials table
      mlflow-charts.png        MLflow's chart view: reward, kl and entropy per training step (a line per trial
                               run) and parallel coordinates learning rate / beta / objective
    The MLflow views are set up the way the UI itself persists them (its localStorage state, URL parameters),
@@ -212,6 +213,8 @@ def study_summary(storage: str) -> dict:
     best = study.best_trial
     return {
         "trials": len(trials),
+        # history draws a point per trial with a value (one the guard stopped before any report has none)
+        "plotted": sum(t.value is not None for t in trials),
         "states": states,
         "best_number": best.number,
         "best_value": best.value,
@@ -530,6 +533,28 @@ def shoot_mlflow(browser, base: str, out: Path) -> list[Path]:
     return shots
 
 
+def shoot_report(browser, workdir: Path, out: Path) -> list[Path]:
+    """The sweep report at a 1280 px window: the top of the page with the trials table (report.png)."""
+    report = workdir / "multirun" / STUDY / "report.html"
+    subprocess.run(
+        [sys.executable, "-m", "sweeprl", "report", str(report.parent), "--no-mlflow"],
+        cwd=workdir,
+        check=True,
+        capture_output=True,
+    )
+    context = browser.new_context(viewport={"width": 1280, "height": 1000})
+    loopback_only(context)
+    try:
+        page = context.new_page()
+        page.goto(report.as_uri())
+        wait_ready(page, "report", "() => document.querySelectorAll('#trials tbody tr').length > 0")
+        path = out / "report.png"
+        page.screenshot(path=str(path))
+        return [path]
+    finally:
+        context.close()
+
+
 def optimize_png(path: Path) -> None:
     """Shrink a screenshot: UI pages have few colours, so a 256-colour palette keeps them sharp."""
     try:
@@ -547,7 +572,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(REPO / "docs" / "img"), help="where the PNGs go (default: docs/img)")
     ap.add_argument("--workdir", help="reuse (or run the sweep in) this directory instead of a temporary one")
     ap.add_argument("--chromium", default="/usr/bin/chromium", help="Chromium binary (default: Debian's)")
-    ap.add_argument("--only", choices=["optuna", "mlflow"], help="take only one UI's screenshots")
+    ap.add_argument("--only", choices=["optuna", "mlflow", "report"], help="take only one kind of screenshot")
     ap.add_argument("--no-optimize", action="store_true", help="keep Chromium's PNGs as they are")
     args = ap.parse_args(argv)
 
@@ -612,9 +637,11 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 shots = []
                 if args.only in (None, "optuna"):
-                    shots += shoot_optuna(browser, od_base, summary["trials"], out)
+                    shots += shoot_optuna(browser, od_base, summary["plotted"], out)
                 if args.only in (None, "mlflow"):
                     shots += shoot_mlflow(browser, ml_base, out)
+                if args.only in (None, "report"):
+                    shots += shoot_report(browser, workdir, out)
             finally:
                 browser.close()
         for shot in shots:

@@ -191,7 +191,8 @@ def run_trial(
     if pruning.reason:  # a guard or the pruner stopped training: keep the partial record, end PRUNED (sweep)
         outcome.pruned, outcome.prune_reason, outcome.stopped_at_step = True, pruning.reason, pruning.stopped_at
         tags = {TAG_STATE: "PRUNED" if in_sweep else "STOPPED", "prune_reason": pruning.reason}
-        status = "KILLED" if in_sweep else "FINISHED"
+        # FINISHED, not KILLED: the MLflow UI draws KILLED like a failure; the sweeprl.state tag says PRUNED
+        status = "FINISHED"
     else:
         outcome.trainer_summary = dict(recorder.summary)
         tags, status = {TAG_STATE: "COMPLETE"}, "FINISHED"
