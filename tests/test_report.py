@@ -402,7 +402,7 @@ def test_contour_draws_the_failed_trials_where_they_were_sampled(tmp_path):
     try:
         ax = fig.axes[0]
         x, y = ax.get_xlabel(), ax.get_ylabel()
-        failed = [c for c in ax.collections if c.get_label() == "fail"]
+        failed = [c for c in ax.collections if c.get_label() == "failed"]
         assert len(failed) == 1
         drawn = sorted(map(tuple, failed[0].get_offsets().tolist()))
         assert drawn == sorted((t.params[x], t.params[y]) for t in study.trials if t.state.name == "FAIL")
@@ -411,3 +411,33 @@ def test_contour_draws_the_failed_trials_where_they_were_sampled(tmp_path):
         import matplotlib.pyplot as plt
 
         plt.close(fig)
+
+
+def test_history_and_slices_show_the_trials_optuna_leaves_out(tmp_path):
+    """Pruned trials at their last reported value, failed ones at the bottom, in the history and each slice."""
+    from sweeprl.report.figures import history_figure, slice_figure, stopped_points
+
+    storage = _synthetic_study(tmp_path, "h", ["maximize"], [0.1, 0.5, None, 0.3, 0.7, None, 0.2])
+    study = optuna.create_study(study_name="h2", storage=storage, direction="maximize")
+    dists = optuna.load_study(study_name="h", storage=storage).trials[0].distributions
+    for value in (0.4, 0.6):
+        study.add_trial(
+            optuna.trial.create_trial(
+                params={"algo.learning_rate": 1e-3, "algo.beta": 0.1}, distributions=dists, value=value
+            )
+        )
+    t = study.ask(fixed_distributions=dists)
+    t.report(0.25, 20)
+    study.tell(t, state=optuna.trial.TrialState.PRUNED)
+    t = study.ask(fixed_distributions=dists)
+    study.tell(t, state=optuna.trial.TrialState.FAIL)
+    points = stopped_points(study, lambda tr: tr.number)
+    assert points == {"pruned": [(2, 0.25)], "failed": [(3, 0.25)]}  # failed: at the lowest value seen
+    import matplotlib.pyplot as plt
+
+    for fig in (history_figure(study), slice_figure(study, "algo.beta")):
+        try:
+            labels = {c.get_label() for c in fig.axes[0].collections}
+            assert {"pruned", "failed"} <= labels
+        finally:
+            plt.close(fig)

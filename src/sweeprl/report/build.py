@@ -336,7 +336,10 @@ def _optimization(doc: _Doc, sw: _Sweep) -> None:
         )
     else:
         doc.figure(
-            "history.png", "Optimization history: objective per trial and best so far", lambda: history_figure(study)
+            "history.png",
+            "Optimization history: objective per complete trial and the best so far; pruned trials (grey x) at the "
+            "last value they reported, failed trials (red x) at the bottom",
+            lambda: history_figure(study),
         )
         why = importance_status(study)
         if why:
@@ -369,7 +372,8 @@ def _optimization(doc: _Doc, sw: _Sweep) -> None:
         scale = "log x-axis" if is_log_param(study, p) else "linear x-axis"
         doc.figure(
             f"slice_{_safe_name(p)}.png",
-            f"Slice: {'late reward' if sw.multi else 'objective'} vs {p} ({scale})",
+            f"Slice: {'late reward' if sw.multi else 'objective'} vs {p} ({scale})"
+            + ("" if sw.multi else "; pruned trials as grey x at their last reported value, failed as red x"),
             lambda p=p: slice_figure(study, p),
         )
 

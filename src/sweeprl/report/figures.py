@@ -72,8 +72,42 @@ def _target(study: optuna.Study) -> Dict[str, Any]:
     return {"target": lambda t: t.values[0], "target_name": PARETO_NAMES[0]}
 
 
+def stopped_points(study: optuna.Study, x_of: Callable[[Any], Any]) -> Dict[str, List[Tuple[Any, float]]]:
+    """``{"pruned": [(x, y)], "failed": [(x, y)]}`` for the trials Optuna's plots leave out: a pruned trial at the
+    last value it reported to the pruner, a failed one (no value) at the lowest objective of the study."""
+    done = [t.value for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if t.value is not None]
+    reported = [v for t in study.get_trials(deepcopy=False) for v in t.intermediate_values.values()]
+    floor = min(done + reported) if done or reported else 0.0
+    out: Dict[str, List[Tuple[Any, float]]] = {"pruned": [], "failed": []}
+    for t in study.get_trials(deepcopy=False, states=(TrialState.PRUNED, TrialState.FAIL)):
+        x = x_of(t)
+        if x is None:
+            continue
+        if t.state == TrialState.PRUNED and t.intermediate_values:
+            out["pruned"].append((x, t.intermediate_values[max(t.intermediate_values)]))
+        else:
+            out["failed" if t.state == TrialState.FAIL else "pruned"].append((x, floor))
+    return out
+
+
+STOPPED_STYLE = {"pruned": {"color": "0.45"}, "failed": {"color": "tab:red"}}
+
+
+def _mark_stopped(axis: Any, points: Dict[str, List[Tuple[Any, float]]]) -> None:
+    """Grey x for pruned trials, red x for failed ones, with a legend entry each."""
+    for kind, pts in points.items():
+        if pts:
+            axis.scatter(*zip(*pts), marker="x", s=36, linewidths=1.4, label=kind, zorder=5, **STOPPED_STYLE[kind])
+    if any(points.values()):
+        axis.legend(fontsize=8, loc="best")
+
+
 def history_figure(study: optuna.Study):
+    """Optuna's history (objective per complete trial, best so far) plus the pruned trials at their last reported
+    value and the failed ones at the bottom: where the sweep spent time without a result."""
     fig = _fig_of(_quiet(lambda: optuna.visualization.matplotlib.plot_optimization_history(study)))
+    if len(study.directions) == 1:
+        _mark_stopped(fig.axes[0], stopped_points(study, lambda t: t.number))
     fig.set_size_inches(9, 5)
     return fig
 
@@ -124,6 +158,8 @@ def slice_figure(study: optuna.Study, param: str):
         else:
             pad = 0.03 * (dist.high - dist.low)
             axis.set_xlim(dist.low - pad, dist.high + pad)
+    if len(study.directions) == 1:
+        _mark_stopped(axis, stopped_points(study, lambda t: t.params.get(param)))
     axis.set_xlabel(param + (" (log scale)" if log_x else ""))
     axis.set_title(f"{_target(study).get('target_name', 'Objective')} vs {param}")
     fig.set_size_inches(7, 4.5)
@@ -152,16 +188,17 @@ def contour_figure(study: optuna.Study, params: Tuple[str, str]):
     fig = _fig_of(ax)
     axis = fig.axes[0]
     x, y = axis.get_xlabel(), axis.get_ylabel()  # Optuna orders the two params itself
-    for state, style in ((TrialState.PRUNED, {"color": "0.45"}), (TrialState.FAIL, {"color": "tab:red"})):
-        pts = [
-            (t.params[x], t.params[y])
-            for t in study.get_trials(deepcopy=False, states=(state,))
-            if x in t.params and y in t.params
-        ]
-        if pts:
-            axis.scatter(*zip(*pts), marker="x", s=36, linewidths=1.4, label=state.name.lower(), zorder=5, **style)
-    if axis.get_legend_handles_labels()[0]:
-        axis.legend(fontsize=8, loc="upper right")
+    _mark_stopped(
+        axis,
+        {
+            kind: [
+                (t.params[x], t.params[y])
+                for t in study.get_trials(deepcopy=False, states=(state,))
+                if x in t.params and y in t.params
+            ]
+            for kind, state in (("pruned", TrialState.PRUNED), ("failed", TrialState.FAIL))
+        },
+    )
     # the whole searched ranges (Optuna's contour spans the complete trials only; pruned ones lie outside it)
     dists = distributions_of(study)
     for name, set_lim in ((x, axis.set_xlim), (y, axis.set_ylim)):
@@ -212,7 +249,12 @@ def curves_figure(top: Sequence[TrialInfo], worst: Optional[TrialInfo], target_k
         if not curves:
             continue
         value = info.row.value
-        label = f"#{info.number} " + ("most unstable" if dashed else f"rank {idx + 1}") + f" (objective {num(value)})"
+        params = ", ".join(f"{k.rsplit('.', 1)[-1]} {num(v)}" for k, v in sorted(info.row.params.items()))
+        label = (
+            f"#{info.number} "
+            + ("most unstable" if dashed else f"rank {idx + 1}")
+            + f" (objective {num(value)}{'; ' + params if params else ''})"
+        )
         style = {
             "color": "0.35" if dashed else colors[idx % len(colors)],
             "linestyle": "--" if dashed else "-",
