@@ -441,3 +441,30 @@ def test_history_and_slices_show_the_trials_optuna_leaves_out(tmp_path):
             assert {"pruned", "failed"} <= labels
         finally:
             plt.close(fig)
+
+
+def test_importance_labels_carry_the_direction_of_each_param(tmp_path):
+    from sweeprl.report.figures import importance_figure, param_direction
+
+    study = optuna.create_study(study_name="d", storage=f"sqlite:///{tmp_path / 'd.db'}", direction="maximize")
+    dists = {
+        "algo.learning_rate": optuna.distributions.FloatDistribution(1e-5, 1e-1, log=True),
+        "algo.beta": optuna.distributions.FloatDistribution(0.0, 0.2),
+    }
+    for i in range(8):  # the objective rises with the learning rate and falls with beta
+        lr, beta = 1e-4 * 2**i, 0.02 * ((i * 3) % 8)
+        study.add_trial(
+            optuna.trial.create_trial(
+                params={"algo.learning_rate": lr, "algo.beta": beta}, distributions=dists, value=i - 20 * beta
+            )
+        )
+    assert param_direction(study, "algo.learning_rate") > 0
+    assert param_direction(study, "algo.beta") < 0
+    fig = importance_figure(study)
+    try:
+        labels = " ".join(t.get_text() for t in fig.axes[0].get_yticklabels())
+        assert "ρ +" in labels and "ρ -" in labels
+    finally:
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)

@@ -350,8 +350,8 @@ def _optimization(doc: _Doc, sw: _Sweep) -> None:
             doc.figure(
                 "importances.png",
                 f"Parameter importances (Optuna's default evaluator, PED-ANOVA, on the {n} complete trials{rough}): "
-                "how much each param explains of the objective's variation, not in which direction — see the "
-                "slices and the contour for that",
+                "how much each param explains of the objective's variation; the direction is each label's ρ, "
+                "Spearman's rank correlation with the objective (+: higher values went with a higher objective)",
                 lambda: importance_figure(study),
             )
     pair = contour_pair(study)

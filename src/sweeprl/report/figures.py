@@ -127,8 +127,52 @@ def importance_status(study: optuna.Study) -> Optional[str]:
     return None
 
 
+def param_direction(study: optuna.Study, param: str) -> Optional[float]:
+    """Spearman's rank correlation of ``param`` with the (first) objective over the complete trials: the sign says
+    whether higher values went with a better or worse objective, which an importance does not. None when it is
+    undefined (fewer than 3 trials, a constant, or a categorical param)."""
+    import numpy as np
+
+    dist = distributions_of(study).get(param)
+    if not isinstance(dist, (FloatDistribution, IntDistribution)):
+        return None
+    pairs = [
+        (float(t.params[param]), float(t.values[0]))
+        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        if param in t.params and t.values
+    ]
+    if len(pairs) < 3:
+        return None
+    x, y = (_ranks(np.array(col)) for col in zip(*pairs))
+    if x.std() == 0 or y.std() == 0:
+        return None
+    return float(np.corrcoef(x, y)[0, 1])
+
+
+def _ranks(values: Any) -> Any:
+    """Ranks with ties averaged (what Spearman's ρ correlates)."""
+    import numpy as np
+
+    order = np.argsort(values, kind="stable")
+    ranks = np.empty(len(values))
+    ranks[order] = np.arange(len(values), dtype=float)
+    for v in np.unique(values):
+        tied = values == v
+        ranks[tied] = ranks[tied].mean()
+    return ranks
+
+
 def importance_figure(study: optuna.Study):
-    return _fig_of(_quiet(lambda: optuna.visualization.matplotlib.plot_param_importances(study, **_target(study))))
+    """Optuna's importances, each param labelled with the direction of its effect (Spearman's ρ with the
+    objective, over the complete trials)."""
+    fig = _fig_of(_quiet(lambda: optuna.visualization.matplotlib.plot_param_importances(study, **_target(study))))
+    axis = fig.axes[0]
+    labels = []
+    for tick in axis.get_yticklabels():
+        rho = param_direction(study, tick.get_text())
+        labels.append(tick.get_text() + ("" if rho is None else f"\nρ {rho:+.2f} with the objective"))
+    axis.set_yticks(axis.get_yticks(), labels)
+    return fig
 
 
 def parallel_figure(study: optuna.Study):
