@@ -74,7 +74,8 @@ def _target(study: optuna.Study) -> Dict[str, Any]:
 
 def stopped_points(study: optuna.Study, x_of: Callable[[Any], Any]) -> Dict[str, List[Tuple[Any, float]]]:
     """``{"pruned": [(x, y)], "failed": [(x, y)]}`` for the trials Optuna's plots leave out: a pruned trial at the
-    last value it reported to the pruner, a failed one (no value) at the lowest objective of the study."""
+    last value it reported to the pruner, a failed one (and a pruned one that never reported, e.g. stopped by a
+    guard early) at the lowest objective of the study."""
     done = [t.value for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if t.value is not None]
     reported = [v for t in study.get_trials(deepcopy=False) for v in t.intermediate_values.values()]
     floor = min(done + reported) if done or reported else 0.0
