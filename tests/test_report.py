@@ -468,3 +468,30 @@ def test_importance_labels_carry_the_direction_of_each_param(tmp_path):
         import matplotlib.pyplot as plt
 
         plt.close(fig)
+
+
+def test_findings_map_colours_each_trial_by_its_first_finding(tmp_path):
+    from sweeprl.report.figures import findings_map
+
+    storage = _synthetic_study(tmp_path, "f", ["maximize"], [0.1, 0.5, 0.3, 0.7])
+    study = optuna.load_study(study_name="f", storage=storage)
+    rows = [
+        TrialRow(t.number, "COMPLETE", [t.value], dict(t.params), findings=f)
+        for t, f in zip(study.trials, [["reward_flat"], [], ["kl_above_target", "reward_dip"], ["reward_flat"]])
+    ]
+    fig = findings_map(study, rows, ("algo.learning_rate", "algo.beta"))
+    try:
+        ax = fig.axes[0]
+        by_label = {c.get_label(): len(c.get_offsets()) for c in ax.collections}
+        assert by_label == {"kl_above_target": 1, "reward_flat": 2, "no finding of its own": 1}
+        assert ax.get_xscale() == "log" and ax.get_yscale() == "linear"
+    finally:
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)
+    assert (
+        findings_map(
+            study, [TrialRow(0, "COMPLETE", [0.1], dict(study.trials[0].params))], ("algo.learning_rate", "algo.beta")
+        )
+        is None
+    )

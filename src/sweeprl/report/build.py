@@ -43,6 +43,7 @@ from sweeprl.report.figures import (
     contour_figure,
     contour_pair,
     curves_figure,
+    findings_map,
     history_figure,
     importance_figure,
     importance_status,
@@ -426,6 +427,13 @@ def _sweep_diagnosis(doc: _Doc, sw: _Sweep) -> None:
     if regions:
         doc.add("p", "Where the findings of the per-trial diagnoses occurred in the searched space:")
         doc.add("ul", items=[g.text for g in regions])
+        pair = contour_pair(sw.study)
+        if pair:
+            doc.figure(
+                "findings_map.png",
+                f"Findings over {pair[0]} × {pair[1]}: each trial coloured by its first finding of its own",
+                lambda: findings_map(sw.study, rows, pair),
+            )
     elif considered:
         items.append(f"No trial-specific finding in any of the {len(considered)} finished trials.")
     clean = [r for r in rows if r.state == "COMPLETE" and r.values and not r.findings]

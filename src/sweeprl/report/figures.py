@@ -260,6 +260,47 @@ def contour_figure(study: optuna.Study, params: Tuple[str, str]):
     return fig
 
 
+#: one colour per finding: tab10 without its red (failed trials) and grey (trials without a finding)
+FINDING_COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan")
+
+
+def findings_map(study: optuna.Study, rows: Sequence[Any], params: Tuple[str, str]):
+    """Where each finding occurred: every trial at its two params (log axes for log params), coloured by its
+    first own finding (``rows``: the trials with sweep-wide findings already removed), a plain dot when it has
+    none; pruned trials as x, failed ones as a red x. None when no trial has a finding of its own."""
+    plt = _pyplot()
+    placed = [r for r in rows if params[0] in r.params and params[1] in r.params]
+    names = sorted({r.findings[0] for r in placed if r.findings})
+    if not names:
+        return None
+    with plt.style.context("ggplot"):
+        fig, axis = plt.subplots(figsize=(7.5, 5.5))
+    colors = FINDING_COLORS
+    groups: Dict[str, List[Any]] = {}
+    for r in placed:
+        groups.setdefault(r.findings[0] if r.findings else "no finding of its own", []).append(r)
+    for name, members in sorted(groups.items(), key=lambda kv: (kv[0] == "no finding of its own", kv[0])):
+        color = "0.6" if name == "no finding of its own" else colors[names.index(name) % len(colors)]
+        for state, marker in (("COMPLETE", "o"), ("PRUNED", "x"), ("FAIL", "x")):
+            pts = [(r.params[params[0]], r.params[params[1]]) for r in members if r.state == state]
+            if pts:
+                axis.scatter(
+                    *zip(*pts),
+                    marker=marker,
+                    s=46,
+                    color="tab:red" if state == "FAIL" else color,
+                    label=name if state == "COMPLETE" or not any(r.state == "COMPLETE" for r in members) else None,
+                )
+    for name, set_scale in ((params[0], axis.set_xscale), (params[1], axis.set_yscale)):
+        if is_log_param(study, name):
+            set_scale("log")
+    axis.set_xlabel(params[0])
+    axis.set_ylabel(params[1])
+    axis.set_title("First finding of each trial (o complete, x pruned, red x failed)", fontsize=11)
+    axis.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    return fig
+
+
 def load_curves(dirs: Sequence[str]) -> Dict[str, Tuple[List[float], List[float]]]:
     """``{"reward"|"kl"|"entropy": (steps, values)}`` from a trial dir's ``metrics.jsonl`` (first readable dir)."""
     from sweeprl.analysis.curves import curve
