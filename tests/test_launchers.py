@@ -268,7 +268,8 @@ def test_process_slots_with_a_launcher_are_refused(tmp_path, model_cache, launch
 @needs_ray
 @pytest.mark.timeout(170)
 def test_ray_local_runs_a_round_of_two_trials(tmp_path, model_cache):
-    env = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
+    # -v: the trials log their start lines, which Ray forwards prefixed "(_run_job pid=…)", the proof checked below
+    env = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled", "SWEEPRL_VERBOSE": "1"}
     proc = sweep(
         tmp_path,
         model_cache,
