@@ -71,8 +71,8 @@ def trials_table(
     penalty terms and the run time when there is room; then what to know about each trial — its own findings, or
     why it was pruned or failed — in a last column, or as one line per trial below the table when the terminal is
     too narrow for it. Findings that fire on most trials describe the sweep, not a trial: they are said once.
-    ``wrap_notes=False``: one line per trial (a long note ends in …); the first ``max_rows`` trials are shown,
-    then a line naming ``all_rows_command``."""
+    ``wrap_notes=False``: one line per trial (a long note ends in …). Only the first ``max_rows`` trials are
+    shown; the title then names ``all_rows_command``."""
     width = width or console.width
     param_keys: List[str] = sorted({k for r in rows for k in r.params})
     names = _param_names(param_keys)
