@@ -30,7 +30,7 @@ from hydra_plugins.sweeprl_sweeper.outcomes import Outcome
 from hydra_plugins.sweeprl_sweeper.results import RESULTS_FILE
 from hydra_plugins.sweeprl_sweeper.search_space import SearchSpace, SearchSpaceError, format_value, quote
 from sweeprl import trial_record
-from sweeprl.formatting import executable, num
+from sweeprl.formatting import executable, num, verbose
 
 log = logging.getLogger(__name__)
 
@@ -251,8 +251,9 @@ class SweeprlHooks(SweepHooks):
         )
         files = [f"results {_relative(results_path)}"]
         commands: List[Tuple[str, str]] = []
-        if results.get("best_trial") is not None:
-            commands.append(("reproduce the best trial", self.reproduce_command(int(results["best_trial"]))))
+        reproduce = self.reproduce_command(int(results["best_trial"])) if results.get("best_trial") is not None else ""
+        if reproduce:  # the trial's overrides were recorded (Hydra's .hydra/overrides.yaml)
+            commands.append(("reproduce the best trial", reproduce))
         if self.ctx.report and rows:
             try:
                 from sweeprl.report.build import build_report
@@ -302,8 +303,6 @@ QUIET_LOGGERS = ("hydra._internal.core_plugins.basic_launcher", "mlflow", "optun
 
 def quiet_sweep_log() -> None:
     """One line per trial event in a sweep's console: library INFO lines off (``-v`` keeps them)."""
-    from sweeprl.formatting import verbose
-
     if verbose():
         return
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")  # MLflow sets its loggers' level when imported
