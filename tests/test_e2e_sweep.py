@@ -87,6 +87,11 @@ def test_mlflow_has_one_parent_and_three_children(first_sweep):
         assert "objective" in run.data.metrics and "objective_terms/late_reward" in run.data.metrics
         steps = [m.step for m in client.get_metric_history(run.info.run_id, "reward")]
         assert steps == list(range(1, STEPS + 1))
+        # one-dot charts (raw stability quantities: objective.json) and flat-zero clip ratios stay off its page
+        assert not [k for k in run.data.metrics if k.startswith(("stability/", "clip_ratio/"))]
+    records = (cwd / "multirun" / STUDY / "trial_0" / "metrics.jsonl").read_text().splitlines()
+    clip = [v for line in records for k, v in json.loads(line).items() if k.startswith("clip_ratio/")]
+    assert len(clip) == 5 * STEPS and set(clip) == {0.0}  # zero by construction, as withheld
     study = study_of(cwd)
     by_number = {int(r.data.tags["sweeprl.trial_number"]): r for r in children}
     for t in study.trials:

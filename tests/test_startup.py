@@ -179,3 +179,32 @@ def test_metrics_file_is_written_on_the_training_thread_and_mlflow_is_queued(tmp
     recorder.on_log(None, state, None, logs={"reward": 0.5, "kl": float("nan"), "note": "text"})
     assert (tmp_path / "metrics.jsonl").read_text().count("\n") == 1  # the record, written at once
     assert queued.records == [[("reward", 0.5, 3)]]  # NaN stays out of MLflow, in metrics.jsonl
+
+
+def test_clip_ratios_zero_by_construction_stay_out_of_mlflow(tmp_path):
+    """On-policy GRPO (TRL's condition: no old log-probs) has a policy ratio of exactly 1, so its clip ratios are
+    0 at every step: they stay in metrics.jsonl but are not MLflow charts. Off-policy GRPO and RLOO keep them."""
+    from types import SimpleNamespace
+
+    from trl import GRPOConfig, RLOOConfig
+
+    from sweeprl.training.callbacks import MetricsRecorder, unclipped_by_construction
+
+    cpu = {"output_dir": str(tmp_path), "per_device_train_batch_size": 4, "use_cpu": True, "bf16": False}
+
+    def grpo(**kw):
+        return GRPOConfig(num_generations=4, **cpu, **kw)
+
+    assert unclipped_by_construction(grpo())
+    assert unclipped_by_construction(grpo(gradient_accumulation_steps=4, steps_per_generation=2))
+    assert not unclipped_by_construction(grpo(num_iterations=2))
+    assert not unclipped_by_construction(grpo(gradient_accumulation_steps=2, steps_per_generation=4))
+    assert not unclipped_by_construction(RLOOConfig(num_generations=4, **cpu))
+
+    sent = []
+    recorder = MetricsRecorder(tmp_path, SimpleNamespace(log_metrics=lambda records: sent.extend(records)))
+    recorder.on_train_begin(grpo(), None, None)
+    state = SimpleNamespace(is_world_process_zero=True, global_step=1)
+    recorder.on_log(None, state, None, logs={"reward": 0.5, "clip_ratio/low_mean": 0.0})
+    assert sent == [("reward", 0.5, 1)]
+    assert '"clip_ratio/low_mean": 0.0' in (tmp_path / "metrics.jsonl").read_text()

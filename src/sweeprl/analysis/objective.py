@@ -45,7 +45,7 @@ every k steps gives the same value. On the reward curve r (TRL ``reward``, PPO `
 ``objective=pareto`` returns two values to a multi-objective study: (late_reward, instability), instability
 being the sum of the penalty terms above.
 
-These are not Chan et al.'s metrics, which are reported as ``stability/*`` (:mod:`sweeprl.analysis.stability`,
+These are not Chan et al.'s metrics, which each diagnosis reports (:mod:`sweeprl.analysis.stability`,
 checked against the reference formulas): they are per logged point over the whole run, and an objective that
 must not depend on the logging frequency, and must not tax a run for the noise of learning, cannot be.
 """
@@ -248,10 +248,11 @@ def compute_objective(history: Sequence[Mapping[str, Any]], objective_cfg: Any) 
 
 
 def objective_metrics(result: ObjectiveResult) -> Dict[str, float]:
-    """Flat metric dict for MLflow: ``objective``, ``objective_terms/<term>``, ``stability/<quantity>``."""
+    """Flat metric dict for MLflow: ``objective`` and ``objective_terms/<term>`` (columns of the runs table, one
+    value each). The raw stability quantities (``result.raw``, ~24 numbers) are not metrics: each would be a chart
+    with a single dot on the run's page; they are in the run's ``objective.json`` artifact and its diagnosis."""
     out: Dict[str, float] = {"objective": result.value}
     out.update({f"objective_terms/{k}": v for k, v in result.terms.items()})
-    out.update({f"stability/{k}": v for k, v in result.raw.items() if math.isfinite(v)})
     return out
 
 

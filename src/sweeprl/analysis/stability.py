@@ -1,7 +1,7 @@
 """Reliability metrics of RL training runs after Chan et al., "Measuring the Reliability of Reinforcement
 Learning Algorithms" (ICLR 2020), as google-research/rl-reliability-metrics computes them
 (``metrics_online.py``, ``metric_utils.py``; tests/rl_reliability_reference.py is a numpy port of those
-formulas and the tests check every function here against it). Reported as ``stability/*`` next to the
+formulas and the tests check every function here against it). Reported in each diagnosis next to the
 objective; the objective itself (:mod:`sweeprl.analysis.objective`) uses its own, documented terms.
 
 Within one run, on the reward curve (steps t, values y):

@@ -20,6 +20,21 @@ if TYPE_CHECKING:
 log = logging.getLogger("sweeprl.progress")
 
 SUMMARY_KEYS = ("train_runtime", "train_samples_per_second", "train_steps_per_second", "train_loss")
+CLIP_RATIO = "clip_ratio/"
+
+
+def unclipped_by_construction(args: Any) -> bool:
+    """True when TRL's GRPO computes no old log-probs, so the policy ratio is exactly 1 and its five
+    ``clip_ratio/*`` metrics are 0 at every step: generation aligned with the optimizer steps
+    (``gradient_accumulation_steps`` a multiple of ``steps_per_generation * num_iterations``) and no vLLM
+    importance sampling — the same condition ``GRPOTrainer._generate_and_score_completions`` tests. RLOO computes
+    old log-probs with a second forward pass, so its ratios are not zero by construction."""
+    from trl import GRPOConfig
+
+    if not isinstance(args, GRPOConfig) or getattr(args, "use_vllm", False):
+        return False
+    every = int(args.steps_per_generation or 1) * int(args.num_iterations)
+    return int(args.gradient_accumulation_steps) % every == 0
 
 
 def numeric_items(logs: Dict[str, Any]) -> Dict[str, float]:
@@ -30,13 +45,20 @@ class MetricsRecorder(TrainerCallback):
     """Appends one record per logging step (TRL's metric names plus ``step``) to the trial's ``metrics.jsonl``
     (:mod:`sweeprl.trial_record`, written synchronously: it is the record) and hands each value to the trial's
     MLflow run (:class:`sweeprl.tracking_worker.TrialRun`: queued, logged off the training thread); keeps the
-    history in memory for the objective."""
+    history in memory for the objective.
+
+    Metrics that are zero by construction (``clip_ratio/*`` of on-policy GRPO, :func:`unclipped_by_construction`)
+    stay in ``metrics.jsonl`` but are not sent to MLflow, where they were the first five (flat) charts of a run."""
 
     def __init__(self, trial_dir: Path, run: Optional["TrialRun"] = None):
         self.file = trial_record.MetricsFile(trial_dir)
         self.run = run
         self.history: List[Dict[str, float]] = []
         self.summary: Dict[str, float] = {}
+        self.withheld: tuple = ()
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.withheld = (CLIP_RATIO,) if unclipped_by_construction(args) else ()
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not state.is_world_process_zero or not logs:
@@ -50,7 +72,9 @@ class MetricsRecorder(TrainerCallback):
         self.file.append(record)
         if self.run is not None:
             # MLflow rejects nothing numeric, but NaN/inf make its UI charts useless; they stay in metrics.jsonl.
-            self.run.log_metrics([(k, v, record["step"]) for k, v in values.items() if math.isfinite(v)])
+            self.run.log_metrics(
+                [(k, v, record["step"]) for k, v in values.items() if math.isfinite(v) and not k.startswith(self.withheld)]
+            )
 
 
 SHOWN = ("reward", "kl", "objective/kl", "entropy", "loss")
