@@ -72,9 +72,8 @@ class MetricsRecorder(TrainerCallback):
         self.file.append(record)
         if self.run is not None:
             # MLflow rejects nothing numeric, but NaN/inf make its UI charts useless; they stay in metrics.jsonl.
-            self.run.log_metrics(
-                [(k, v, record["step"]) for k, v in values.items() if math.isfinite(v) and not k.startswith(self.withheld)]
-            )
+            shown = {k: v for k, v in values.items() if math.isfinite(v) and not k.startswith(self.withheld)}
+            self.run.log_metrics([(k, v, record["step"]) for k, v in shown.items()])
 
 
 SHOWN = ("reward", "kl", "objective/kl", "entropy", "loss")
