@@ -5,7 +5,7 @@
 #                                  (Debian: ocaml-nox for the OCaml reward, bubblewrap for the sandbox,
 #                                  postgresql for the multi-driver tests, chromium for the report's layout test)
 # Environment: PYTHON (default python3); SWEEPRL_TORCH="skip" keeps a torch you installed yourself
-# (e.g. a CUDA build: see README "GPU install").
+# (e.g. a CUDA build: see README "Install notes"; vLLM: constraints-gpu.txt with the gpu extra).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

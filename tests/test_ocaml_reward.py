@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import tempfile
@@ -105,6 +106,29 @@ def test_curriculum_weights_by_progress():
     cur = [{"until": 0.3, "weights": {"typecheck": 0.6, "tests": 0.0}}, {"until": 1.0, "weights": {}}]
     assert weights_at(0.1, base, cur)["typecheck"] == 0.6 and weights_at(0.1, base, cur)["tests"] == 0.0
     assert weights_at(0.5, base, cur) == base
+
+
+def test_workers_0_is_this_trials_share_of_the_cpus(monkeypatch):
+    """workers: 0 = max(1, cpus // slots): 8 slots on 8 cores score with 1 thread each, not 8 each."""
+    from sweeprl.rewards import build_reward, ocaml
+
+    assert ocaml.available_cpus() == len(os.sched_getaffinity(0))  # the CPUs this process may use
+    cases = [(8, 1, 8), (8, 2, 4), (8, 3, 2), (8, 8, 1), (8, 16, 1), (2, 1, 2), (1, 4, 1)]
+    assert [ocaml.default_workers(slots, cpus) for cpus, slots, _ in cases] == [w for *_, w in cases]
+    monkeypatch.setattr(ocaml, "available_cpus", lambda: 8)
+    assert OCamlScorer().workers == 8  # a single run
+    assert OCamlScorer(slots=4).workers == 2
+    assert OCamlScorer(workers=3, slots=4).workers == 3  # an explicit workers: N stays N
+    built = []
+
+    def recording_scorer(**kwargs):
+        built.append(OCamlScorer(**kwargs))
+        return built[-1]
+
+    monkeypatch.setattr(ocaml, "OCamlScorer", recording_scorer)
+    build_reward("ocaml_syntax_aware", {}, {"slots": 4})  # the trial's sweeprl.slots, as trial.py passes it
+    build_reward("ocaml_syntax_aware", {"workers": 3}, {"slots": 4})
+    assert [s.workers for s in built] == [2, 3]
 
 
 # ------------------------------------------------------------------------------------------ hostile code

@@ -97,7 +97,8 @@ def sweep_size(args: List[str]) -> List[str]:
 
 def tiny(args: List[str], model_cache: Path) -> List[str]:
     """Tiny-model overrides for a ``python -m sweeprl`` training command (not subcommands or --cfg)."""
-    if not args or args[0] in ("score", "diagnose", "report", "trials") or any(a.startswith("--cfg") for a in args):
+    subcommands = ("score", "diagnose", "report", "trials", "export", "plan", "build-model")
+    if not args or args[0] in subcommands or any(a.startswith("--cfg") for a in args):
         return args
     extra = [f"model.cache_dir={model_cache}", "algo.max_steps=3", "hydra.sweeper.report=false"]
     if "experiment=quickstart" not in args:

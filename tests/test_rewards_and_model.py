@@ -76,6 +76,21 @@ def test_default_tiny_model_size(model_cache):
     assert 200_000 < model.num_parameters() < 600_000  # "a few hundred K params"
 
 
+@pytest.mark.parametrize("trust", [False, True])
+def test_trust_remote_code_reaches_the_model_not_only_the_tokenizer(trust):
+    from conftest import compose_cfg
+    from sweeprl.models.loading import DeviceSettings, model_init_kwargs
+    from sweeprl.training.trl_trainers import trainer_kwargs, trl_classes
+
+    cfg = compose_cfg(["experiment=quickstart", f"model.trust_remote_code={str(trust).lower()}"])
+    kwargs = model_init_kwargs(cfg.model, DeviceSettings(use_cpu=True, bf16=False, description="cpu"))
+    assert kwargs.get("trust_remote_code", False) is trust
+    # TRL loads the policy (and the GRPO reference model) with these
+    config_cls, _ = trl_classes("grpo")
+    device = DeviceSettings(True, False, "cpu")
+    assert trainer_kwargs(cfg, config_cls, "out", device, kwargs)["model_init_kwargs"] == kwargs
+
+
 def test_best_of_n_is_logged_once_all_reward_functions_have_scored():
     from sweeprl.rewards.best_of_n import best_of_n, with_best_of_n
 

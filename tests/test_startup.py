@@ -118,6 +118,43 @@ def test_trial_run_logs_everything_in_order(tmp_path, in_process):
         assert run._proc.returncode == 0
 
 
+@pytest.mark.parametrize("gpu,nvml,wanted", [(False, True, False), (True, False, False), (True, True, True)])
+def test_system_metrics_only_with_a_gpu_and_nvidia_ml_py(monkeypatch, gpu, nvml, wanted):
+    """GPU utilisation/memory go to MLflow only when torch sees CUDA and pynvml imports (no GPU here: simulated)."""
+    import sys
+    import types
+
+    import torch
+
+    from sweeprl.tracking import system_metrics_wanted
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpu)
+    monkeypatch.setitem(sys.modules, "pynvml", types.ModuleType("pynvml") if nvml else None)  # None: ImportError
+    assert system_metrics_wanted() is wanted
+
+
+def test_trial_run_logs_system_metrics_and_a_model_dir(tmp_path, monkeypatch):
+    """MLflow's SystemMetricsMonitor on a client-created run, in the worker process (a thread runs the same
+    ``serve`` loop); on this CPU-only machine it logs CPU/memory (``system/*``), on a GPU machine also
+    ``system/gpu_*``."""
+    from sweeprl.tracking_worker import TrialRun
+
+    monkeypatch.setenv("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL", "0.2")  # inherited by the worker process
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}\n")
+    run = TrialRun(uri, "bench", "trial-0", {}, {}, in_process=False)
+    run.start_system_metrics()
+    run.log_artifacts(str(tmp_path / "model"), "model")
+    assert run.run_id  # the run exists (the store is set up) ...
+    time.sleep(1.5)  # ... and the monitor samples and logs a few times before the run ends
+    run_id = run.finish("FINISHED")
+    client, logged = logged_run(uri)
+    assert logged.info.run_id == run_id and logged.info.status == "FINISHED"
+    assert "system/cpu_utilization_percentage" in logged.data.metrics
+    assert [a.path for a in client.list_artifacts(run_id, "model")] == ["model/config.json"]
+
+
 def test_logging_never_waits_for_a_slow_store(tmp_path, monkeypatch):
     from sweeprl import tracking
     from sweeprl.tracking_worker import TrialRun

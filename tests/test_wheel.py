@@ -35,6 +35,7 @@ def test_wheel_contains_configs_and_plugin(wheel):
         "sweeprl/conf/model/tiny.yaml",
         "hydra_plugins/sweeprl_sweeper/__init__.py",
         "sweeprl/__main__.py",
+        *(f"sweeprl/resources/accelerate/{name}.yaml" for name in ("ddp", "zero2", "zero3", "fsdp")),
     ):
         assert required in names, required
     assert not any(n.startswith("hydra_plugins/__init__") for n in names), "hydra_plugins must stay a namespace package"

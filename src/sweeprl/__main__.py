@@ -5,6 +5,9 @@
 ``python -m sweeprl score ...``                 score completions with a reward (see ``score --help``)
 ``python -m sweeprl diagnose SOURCE``           the post-mortem of one run (see ``diagnose --help``)
 ``python -m sweeprl report STUDY``              report.html/md + plots of a sweep; ``trials STUDY``: ranked table
+``python -m sweeprl build-model tiny_ocaml``    build (pretrain) a local model into the model cache
+``python -m sweeprl plan [overrides]``          GPU memory and time per trial, before launch
+``python -m sweeprl export STUDY``              the best trial's trained weights + a command to continue training
 """
 
 from __future__ import annotations
@@ -19,6 +22,9 @@ SUBCOMMANDS = {
     "diagnose": "sweeprl.cli.diagnose",
     "report": "sweeprl.cli.report",
     "trials": "sweeprl.cli.report:trials_main",
+    "build-model": "sweeprl.cli.build_model",
+    "plan": "sweeprl.cli.plan",
+    "export": "sweeprl.cli.export",
 }
 APP = "sweeprl.cli.app"  # everything else: Hydra overrides of one run or a sweep
 

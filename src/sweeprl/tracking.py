@@ -206,3 +206,44 @@ class SafeTracker:
     def log_artifact(self, run_id: Optional[str], path: str, artifact_path: Optional[str] = None) -> None:
         if run_id and os.path.exists(path):
             self.call("log artifact", self.client.log_artifact, run_id, path, artifact_path)
+
+    def log_artifacts(self, run_id: Optional[str], directory: str, artifact_path: Optional[str] = None) -> None:
+        """Every file under ``directory``, under ``artifact_path`` of the run."""
+        if run_id and os.path.isdir(directory):
+            self.call("log artifacts", self.client.log_artifacts, run_id, directory, artifact_path)
+
+    # ---- system metrics (GPU utilisation and memory, CPU, disk, network) of a client-created run
+    def start_system_metrics(self, run_id: Optional[str]) -> Any:
+        """MLflow's :class:`SystemMetricsMonitor` on ``run_id``, started (a thread sampling every 10 s, or
+        ``MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL``; metrics ``system/*``), or None when it cannot start."""
+        if not run_id:
+            return None
+
+        def start() -> Any:
+            from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+
+            monitor = SystemMetricsMonitor(run_id, tracking_uri=self.uri)
+            monitor.start()
+            return monitor
+
+        return self.call("start system metrics", start)
+
+    def stop_system_metrics(self, monitor: Any) -> None:
+        if monitor is not None:
+            self.call("stop system metrics", monitor.finish)
+
+
+def system_metrics_wanted() -> bool:
+    """Whether a trial's MLflow run should log system metrics: only when torch sees a CUDA GPU and the monitor's
+    dependencies import (``nvidia-ml-py``'s ``pynvml`` for the GPU, ``psutil``). Without a GPU: nothing."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return False
+    try:
+        import psutil  # noqa: F401
+        import pynvml  # noqa: F401
+    except ImportError:
+        log.info("GPU present but nvidia-ml-py/psutil are not installed: no GPU system metrics in MLflow")
+        return False
+    return True

@@ -47,6 +47,7 @@ def serve(uri: str, commands: Iterable[Dict[str, Any]], reply: Callable[[Dict[st
     tracker = SafeTracker(uri)
     run_id: Optional[str] = None
     unsent: List[Any] = []
+    monitor: Any = None  # MLflow's system-metrics monitor (GPU trials)
     for cmd in commands:
         op = cmd["op"]
         if op == "start":
@@ -62,13 +63,19 @@ def serve(uri: str, commands: Iterable[Dict[str, Any]], reply: Callable[[Dict[st
             tracker.set_tags(run_id, cmd["tags"])
         elif op == "artifact":
             tracker.log_artifact(run_id, cmd["path"], cmd.get("artifact_path"))
+        elif op == "artifacts":
+            tracker.log_artifacts(run_id, cmd["dir"], cmd.get("artifact_path"))
+        elif op == "system_metrics" and monitor is None:
+            monitor = tracker.start_system_metrics(run_id)
         elif op == "table" and run_id:
             tracker.call("log table", tracker.client.log_table, run_id, data=cmd["data"], artifact_file=cmd["file"])
         elif op == "end":
+            tracker.stop_system_metrics(monitor)
             if unsent:
                 tracker.log_metrics(run_id, unsent)
             tracker.end_run(run_id, cmd["status"])
             return
+    tracker.stop_system_metrics(monitor)
     if unsent:  # the trial went away without ending its run (killed): keep what it logged
         tracker.log_metrics(run_id, unsent)
 
@@ -151,6 +158,15 @@ class TrialRun:
 
     def log_artifact(self, path: str, artifact_path: Optional[str] = None) -> None:
         self._put({"op": "artifact", "path": str(path), "artifact_path": artifact_path})
+
+    def log_artifacts(self, directory: str, artifact_path: Optional[str] = None) -> None:
+        """Every file under ``directory`` (e.g. a saved model), under ``artifact_path`` of the run."""
+        self._put({"op": "artifacts", "dir": str(directory), "artifact_path": artifact_path})
+
+    def start_system_metrics(self) -> None:
+        """Log MLflow's system metrics (``system/gpu_*``, CPU, memory) to this run until it ends; sampled by the
+        executor (worker process or thread), off the training thread. See ``tracking.system_metrics_wanted``."""
+        self._put({"op": "system_metrics"})
 
     def log_table(self, data: Dict[str, list], artifact_file: str) -> None:
         self._put({"op": "table", "data": data, "file": artifact_file})

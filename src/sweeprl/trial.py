@@ -3,6 +3,12 @@
 validate (once per process) -> MLflow run (queued, off the training thread) -> rewards -> device -> model path
 + tokenizer -> datasets -> trainer -> train -> objective -> trial record / MLflow. What the trial dir holds is
 :mod:`sweeprl.trial_record`; how the run reaches MLflow is :mod:`sweeprl.tracking_worker`.
+
+Under ``accelerate launch`` (``sweeprl.launch=accelerate``, :mod:`sweeprl.config.launch`) every process of the trial
+runs this and trains; only the main process (rank 0) records: the MLflow run, ``resolved_config.yaml``,
+``metrics.jsonl``, ``objective.json``, the diagnosis and the pruner's reports. The others train in lock-step (the
+stop decision is rank 0's, broadcast by :class:`~sweeprl.training.pruning.PruningCallback`), take part in saving
+the model (a collective with DeepSpeed/FSDP and in sweeprl's PPO) and return None.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 from sweeprl import trial_record
 from sweeprl.analysis.objective import ObjectiveError, ObjectiveResult, compute_objective, objective_metrics
 from sweeprl.config.algos import ALGOS
+from sweeprl.config.launch import is_main_process, local_world_size
 from sweeprl.config.validate import validate_once
 from sweeprl.formatting import verbose
 from sweeprl.tracking import PARENT_TAG, TAG_ROLE, TAG_STATE, TAG_STUDY, TAG_TRIAL, flatten, resolve_uri
@@ -47,7 +54,8 @@ class TrialResult:
 #: ``sweeprl.*`` values that are not settings of the trial: tags (study, trial number, parent run), a storage URL
 #: (may hold a password), bookkeeping. As params they would also become axes in MLflow's compare view.
 RUNTIME_NOT_PARAMS = frozenset(
-    f"sweeprl.{k}" for k in ("study_name", "storage", "trial_number", "parent_run_id", "run_suffix", "report_to_pruner")
+    f"sweeprl.{k}"
+    for k in ("study_name", "storage", "trial_number", "parent_run_id", "run_suffix", "report_to_pruner", "slots")
 )
 
 
@@ -112,14 +120,24 @@ def write_diagnosis(history: List[Dict[str, float]], resolved: Dict[str, Any], o
 
 
 def make_pruning_callback(cfg: DictConfig):
-    """Guards always; pruner reports only inside a sweep (storage + trial number given)."""
+    """Guards always; pruner reports only inside a sweep (storage + trial number given), from the main process."""
     from sweeprl.training.pruning import PruningCallback, load_trial, pruner_from_hydra
 
     rt = cfg.sweeprl
     trial = None
-    if rt.storage and rt.study_name and rt.trial_number is not None and rt.report_to_pruner:
+    if rt.storage and rt.study_name and rt.trial_number is not None and rt.report_to_pruner and is_main_process():
         trial = load_trial(rt.storage, rt.study_name, int(rt.trial_number), pruner=pruner_from_hydra())
     return PruningCallback(cfg, trial)
+
+
+def save_model(trainer: Any, out: Path) -> None:
+    """The trained weights + tokenizer into the trial's model dir (``trainer.save_model``: only the adapter with
+    LoRA). A failure (disk full) warns: the trial's result stands without its weights."""
+    target = trial_record.model_dir(out)
+    try:
+        trainer.save_model(str(target))
+    except Exception as exc:  # noqa: BLE001
+        log.warning("trained model not saved to %s: %s: %s", target, type(exc).__name__, exc)
 
 
 def _end_failed(run: Optional[TrialRun], exc: BaseException) -> None:
@@ -139,6 +157,9 @@ def _record(out: Path, run, recorder, result, outcome, resolved, sweep_params, t
         run.set_tags(tags)
         for path in trial_record.artifacts(out):
             run.log_artifact(path)
+        model = None if outcome.pruned else trial_record.saved_model(out)
+        if model is not None:
+            run.log_artifacts(str(model), trial_record.MODEL_DIR)
         if not outcome.pruned:
             log_completion_sample(run, out / trial_record.COMPLETIONS)
         if diagnosis:
@@ -149,30 +170,38 @@ def _record(out: Path, run, recorder, result, outcome, resolved, sweep_params, t
 
 def run_trial(
     cfg: DictConfig, output_dir: str | Path, progress_bars: bool = False, sweep_params: Optional[Dict[str, str]] = None
-) -> TrialResult:
+) -> Optional[TrialResult]:
     """Train one configuration and return its objective. Raises on invalid config or failed training.
 
     ``progress_bars``: a progress bar (interactive single runs); otherwise one log line per fifth of training.
+    Returns None in a process other than the main one of a distributed launch: it trains, the main one records.
     """
     t0 = time.monotonic()
     validate_once(cfg)  # before anything heavy; a no-op when the CLI pre-pass validated this very config
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     resolved = OmegaConf.to_container(cfg, resolve=True)
-    config_file = trial_record.write_resolved_config(out, resolved)
-    # MLflow starts now, in the background, while the trial imports torch/TRL and loads the model
-    run = start_tracking(cfg, resolved)
-    if run and cfg.tracking.log_config_artifact:
-        run.log_artifact(str(config_file))
-    threads = os.environ.get("SWEEPRL_TORCH_THREADS")  # a slot's CPU budget (process slots)
+    main = is_main_process()
+    run = None
+    if main:
+        config_file = trial_record.write_resolved_config(out, resolved)
+        # MLflow starts now, in the background, while the trial imports torch/TRL and loads the model
+        run = start_tracking(cfg, resolved)
+        if run and cfg.tracking.log_config_artifact:
+            run.log_artifact(str(config_file))
+    threads = os.environ.get("SWEEPRL_TORCH_THREADS")  # a slot's CPU budget (process slots), shared by its processes
     if threads:
         import torch
 
-        torch.set_num_threads(int(threads))
+        torch.set_num_threads(max(1, int(threads) // local_world_size()))
     pruning = None
     try:
         trainer, recorder, pruning, fault = _build_trainer(cfg, out, run, progress_bars)
         trainer.train()
+        if not main:
+            if not pruning.reason and cfg.sweeprl.save_model:
+                save_model(trainer, out)  # every process: a collective with DeepSpeed/FSDP and in PPO
+            return None
         result = compute_objective(recorder.history, cfg.objective)
         if fault and fault.get("objective_nan"):
             result.value = float("nan")
@@ -196,6 +225,8 @@ def run_trial(
     else:
         outcome.trainer_summary = dict(recorder.summary)
         tags, status = {TAG_STATE: "COMPLETE"}, "FINISHED"
+        if cfg.sweeprl.save_model:
+            save_model(trainer, out)
     diagnosis = _record(out, run, recorder, result, outcome, resolved, sweep_params, tags, status)
     if pruning.reason and in_sweep:
         import optuna
@@ -214,6 +245,15 @@ def run_trial(
     )
 
 
+def _log_processes(trainer: Any, label: str) -> None:
+    """One line from the main process of a distributed trial: accelerate's distributed type and process count."""
+    accelerator = getattr(trainer, "accelerator", None)
+    n = int(getattr(accelerator, "num_processes", 1) or 1)
+    if n > 1 and is_main_process():
+        kind = getattr(accelerator, "distributed_type", "")
+        log.info("%s: accelerate %s, world size %d", label, getattr(kind, "value", kind), n)
+
+
 def _build_trainer(cfg: DictConfig, out: Path, run: Optional[TrialRun], progress_bars: bool):
     """(trainer, metrics recorder, pruning callback, fault settings) of this trial: rewards, device, tokenizer,
     datasets, then the algorithm's trainer (TRL's or sweeprl's PPO) with the project's callbacks."""
@@ -223,6 +263,7 @@ def _build_trainer(cfg: DictConfig, out: Path, run: Optional[TrialRun], progress
     from sweeprl.models.loading import model_init_kwargs, model_path, peft_config, resolve_device
     from sweeprl.rewards import build_reward
     from sweeprl.rewards.best_of_n import with_best_of_n
+    from sweeprl.tracking import system_metrics_wanted
     from sweeprl.training.callbacks import MetricsRecorder, use_progress_display
     from sweeprl.training.faults import FaultCallback, fault_config
 
@@ -230,6 +271,8 @@ def _build_trainer(cfg: DictConfig, out: Path, run: Optional[TrialRun], progress
         "output_dir": str(out),
         "max_completion_length": cfg.generation.max_completion_length,
         "max_steps": cfg.algo.max_steps,
+        # processes sharing this machine's CPUs (a reward's budget): trials at once x this trial's processes
+        "slots": int(cfg.sweeprl.get("slots", 1) or 1) * local_world_size(),
     }
     reward_funcs = [
         build_reward(spec.name, OmegaConf.to_container(spec.kwargs, resolve=True), context) for spec in cfg.reward.funcs
@@ -239,11 +282,13 @@ def _build_trainer(cfg: DictConfig, out: Path, run: Optional[TrialRun], progress
     # TRL reads the model's deprecated is_gradient_checkpointing (transformers renamed it): nothing a user can act on,
     # and it would print into every trial's log
     warnings.filterwarnings("ignore", r"`is_gradient_checkpointing` is deprecated", FutureWarning)
-    if not progress_bars:  # a sweep's log: no "Loading weights" bars, one pair per trial
+    if not progress_bars or not is_main_process():  # a sweep's log: no "Loading weights" bars, one pair per trial
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
     device = resolve_device(cfg.sweeprl.device)
+    if run is not None and system_metrics_wanted():
+        run.start_system_metrics()  # GPU utilisation/memory in the run's system/* metrics
     path = model_path(cfg.model)
     tokenizer = AutoTokenizer.from_pretrained(
         path, revision=cfg.model.revision, trust_remote_code=cfg.model.trust_remote_code
@@ -262,7 +307,7 @@ def _build_trainer(cfg: DictConfig, out: Path, run: Optional[TrialRun], progress
         from sweeprl.training.trl_trainers import build_trl_trainer as build
     else:
         from sweeprl.training.ppo import build_ppo_trainer as build
-    recorder = MetricsRecorder(out, run)
+    recorder = MetricsRecorder(out, run, write=is_main_process())
     pruning = make_pruning_callback(cfg)
     fault = fault_config(cfg)
     trainer = build(
@@ -281,4 +326,5 @@ def _build_trainer(cfg: DictConfig, out: Path, run: Optional[TrialRun], progress
     )
     label = f"trial {cfg.sweeprl.trial_number}" if cfg.sweeprl.trial_number is not None else cfg.name
     use_progress_display(trainer, bars=progress_bars, label=label, lines=not in_sweep or verbose())
+    _log_processes(trainer, label)
     return trainer, recorder, pruning, fault

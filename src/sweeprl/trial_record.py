@@ -8,6 +8,9 @@ A trial dir (``<sweep dir>/trial_<number>[_seed<seed>]`` in a sweep, ``outputs/<
                            the MLflow run id, and for a stopped trial why and when it stopped
     diagnosis.md / .json   the post-mortem (:mod:`sweeprl.analysis.diagnosis`)
     completions.jsonl      scored completions (rewards that keep them, e.g. the OCaml reward)
+    model/                 (COMPLETE trials, ``sweeprl.save_model=true``) the trained weights and the tokenizer as
+                           ``save_pretrained`` writes them: the LoRA adapter (``adapter_config.json`` +
+                           ``adapter_model.safetensors``) with ``lora.enabled``, else the full model
     trial.log              the trial's log (Hydra's job log); trial_process.log for process slots
     last_50_lines.log      the end of the log of a FAILED trial (written by sweeprl's sweep hooks)
     sweeper_result.json    (process slots, launchers other than the basic one) the job's return value or
@@ -39,6 +42,8 @@ DIAGNOSIS_JSON = "diagnosis.json"
 COMPLETIONS = "completions.jsonl"
 TRIAL_LOG = "trial.log"
 FAILURE_TAIL = "last_50_lines.log"
+MODEL_DIR = "model"
+HYDRA_OVERRIDES = ".hydra/overrides.yaml"  # written by Hydra: the overrides the trial's job ran with
 
 
 # ----------------------------------------------------------------------------------------------- naming
@@ -202,6 +207,40 @@ def artifacts(path: PathLike) -> List[str]:
     logged when it starts)."""
     names = (METRICS, OBJECTIVE, DIAGNOSIS_MD, DIAGNOSIS_JSON)
     return [str(Path(path) / n) for n in names if (Path(path) / n).is_file()]
+
+
+# ----------------------------------------------------------------------------------------------- trained model
+def model_dir(path: PathLike) -> Path:
+    """Where a trial saves its trained weights (``<trial dir>/model``); the trainer writes into it."""
+    return Path(path) / MODEL_DIR
+
+
+def saved_model(path: PathLike) -> Optional[Path]:
+    """The trial's saved model dir, or None when it saved none (not COMPLETE, ``sweeprl.save_model=false``, or
+    saved by a sweeprl that did not keep models)."""
+    d = model_dir(path)
+    return d if model_kind(d) is not None else None
+
+
+def model_kind(directory: PathLike) -> Optional[str]:
+    """``"adapter"`` (a PEFT adapter dir), ``"full"`` (a transformers model dir) or None (neither)."""
+    d = Path(directory)
+    if (d / "adapter_config.json").is_file():
+        return "adapter"
+    if (d / "config.json").is_file():
+        return "full"
+    return None
+
+
+def read_overrides(path: PathLike) -> Optional[List[str]]:
+    """The command-line overrides the trial ran with (Hydra's ``.hydra/overrides.yaml``), or None."""
+    import yaml
+
+    try:
+        items = yaml.safe_load((Path(path) / HYDRA_OVERRIDES).read_text())
+    except (OSError, yaml.YAMLError):
+        return None
+    return [str(o) for o in items] if isinstance(items, list) else None
 
 
 # ----------------------------------------------------------------------------------------------- summary

@@ -23,6 +23,7 @@ from hydra.core.plugins import Plugins
 from hydra.errors import HydraException
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
+from optuna.trial import TrialState
 
 from hydra_plugins.sweeprl_sweeper._scheduling import (
     CONFIG_FLAGS,
@@ -32,7 +33,7 @@ from hydra_plugins.sweeprl_sweeper._scheduling import (
     param_text,
 )
 from hydra_plugins.sweeprl_sweeper.hooks import SweepContext, load_hooks
-from hydra_plugins.sweeprl_sweeper.launchers import check_launcher, is_basic_launcher
+from hydra_plugins.sweeprl_sweeper.launchers import check_launcher, is_basic_launcher, launcher_name
 from hydra_plugins.sweeprl_sweeper.outcomes import ResultWritingTask
 from hydra_plugins.sweeprl_sweeper.progress import MODES, SweepProgress, best_of
 from hydra_plugins.sweeprl_sweeper.results import RESULTS_FILE, finished_count, write_results
@@ -46,11 +47,15 @@ from hydra_plugins.sweeprl_sweeper.search_space import (
     parse_search_space,
     resolve_custom_search_space,
 )
-from hydra_plugins.sweeprl_sweeper.storage import make_storage
+from hydra_plugins.sweeprl_sweeper.storage import make_storage, public_url
 
 log = logging.getLogger(__name__)
 
-__all__ = ["SweepAborted", "SweepImpl"]
+__all__ = ["SweepAborted", "SweepImpl", "build_sampler", "sampler_arguments", "sqlite_warning"]
+
+#: Hydra launchers whose jobs run on the driver's machine (their trials share its CPUs); SLURM and Ray jobs have
+#: their own
+LOCAL_LAUNCHERS = ("joblib", "submitit_local")
 
 
 def _settings(kwargs: Dict[str, Any]) -> Dict[str, Any]:
@@ -102,13 +107,27 @@ class SweepImpl:
             seeds=list(self.s["seeds"]),
             report=bool(self.s.get("report", True)),
             settings=dict(kwargs),
+            parallel=self.parallel_trials(),
+            local_parallel=self.parallel_trials(local=True),
         )
         self.n_trials = self.s["n_trials"]
 
     # ------------------------------------------------------------------------------------ checks
     def use_processes(self) -> bool:
         process = self.s.get("process")
-        return process if process is not None else (self.s["slots"] > 1 or self.s["trial_timeout"] is not None)
+        if process is not None:
+            return process
+        return self.s["slots"] > 1 or self.s["trial_timeout"] is not None or self.hooks.process_per_trial(self.config)
+
+    def parallel_trials(self, local: bool = False) -> int:
+        """Trials this driver runs at the same time: its process slots, or a round of ``n_jobs`` through a launcher
+        that runs jobs in parallel (any but the basic one, which runs them one after another). ``local``: only
+        trials that share this machine's CPUs (process slots, joblib, submitit_local)."""
+        if self.use_processes():
+            return self.s["slots"]
+        if is_basic_launcher(self.config) or (local and launcher_name(self.config) not in LOCAL_LAUNCHERS):
+            return 1
+        return self.s["n_jobs"]
 
     def _check_settings(self) -> None:
         bad = [d for d in self.ctx.directions if d not in ("maximize", "minimize")]
@@ -145,25 +164,17 @@ class SweepImpl:
 
     # ------------------------------------------------------------------------------------ study
     def _make_sampler(self, space: SearchSpace) -> optuna.samplers.BaseSampler:
-        node = self.s.get("sampler")
-        if node is None:
-            return optuna.samplers.TPESampler()
-        given = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node)
-        kwargs = {k: v for k, v in given.items() if v is not None}
-        if "n_ehvi_candidates" in given:  # hydra/sweeper/sampler=motpe
-            kwargs.pop("n_ehvi_candidates", None)
-            log.info(
-                "hydra/sweeper/sampler=motpe: Optuna 4 removed MOTPESampler; using TPESampler, which handles "
-                "several objectives (n_ehvi_candidates has no equivalent and is ignored)"
-            )
-        if str(kwargs.get("_target_", "")).endswith("GridSampler"):
-            if kwargs.get("search_space") is None:
-                kwargs["search_space"] = grid_of(space)
-            size = grid_size(kwargs["search_space"])
-            if size < self.n_trials:
-                self.n_trials = self.ctx.n_trials = size
-                log.info(f"Updating num of trials to {self.n_trials} due to using GridSampler.")
-        return _instantiate("sampler", kwargs)
+        sampler, n_trials = build_sampler(self.s.get("sampler"), space, self.n_trials, self.ctx.parallel)
+        self.n_trials = self.ctx.n_trials = n_trials
+        return sampler
+
+    def _warn_sqlite(self, study: optuna.Study) -> None:
+        """Once per sweep, before this driver asks a trial (so RUNNING trials are another live driver's: stale ones
+        were failed just before)."""
+        running = len(study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))
+        message = sqlite_warning(self.ctx.storage_url, self.ctx.parallel, running)
+        if message:
+            log.warning(message)
 
     def _open_study(self, space: SearchSpace) -> tuple[optuna.Study, Any]:
         url = self.ctx.storage_url or self.hooks.default_storage()
@@ -227,11 +238,12 @@ class SweepImpl:
         self.hooks.sweep_started(study)
         loop = Scheduler(self, study, storage, space, passthrough)
         loop.fail_stale()  # trials of a driver that died: FAIL, configs re-queued
+        self._warn_sqlite(study)
         log.info(
             "study '%s' (%s), %s, %s: %d/%d trials finished; search space: %s",
             study.study_name,
             self.ctx.storage_url or "in memory",
-            type(study.sampler).__name__,
+            sampler_text(study.sampler, self.ctx.parallel),
             "/".join(self.ctx.directions),
             finished_count(study),
             self.n_trials,
@@ -291,6 +303,68 @@ class SweepImpl:
             log.debug(f"Best value: {results.get('best_value')}")
         self.hooks.sweep_finished(study, results, status, time.monotonic() - started)
         return results
+
+
+def sqlite_warning(url: Optional[str], parallel: int, running_elsewhere: int = 0) -> Optional[str]:
+    """The warning for a SQLite study storage written by several trials at once (``parallel`` of this driver's,
+    ``running_elsewhere`` RUNNING trials of other drivers), else None."""
+    if not (url or "").startswith("sqlite"):
+        return None
+    why = [f"{parallel} trials run at once"] if parallel > 1 else []
+    if running_elsewhere:
+        why.append(f"another driver is running {running_elsewhere} trial(s) of this study")
+    if not why:
+        return None
+    return (
+        f"hydra.sweeper.storage is SQLite ({public_url(url)}) and {' and '.join(why)}: SQLite lets one writer in at a "
+        "time, so trials wait on each other's writes (pruner reports, heartbeats) or fail with 'database is locked'. "
+        "For parallel or distributed sweeps use PostgreSQL: hydra.sweeper.storage=postgresql+psycopg2://user@host/db "
+        "(docs/distributed.md)"
+    )
+
+
+def sampler_arguments(node: Any, parallel: int = 1) -> Dict[str, Any]:
+    """The arguments the sampler is instantiated with (``_target_`` included), from ``hydra.sweeper.sampler``:
+    None-valued keys dropped (Optuna's defaults), ``motpe``'s ``n_ehvi_candidates`` dropped, and TPE's
+    ``constant_liar=True`` when ``parallel`` > 1 trials run at once and the config leaves it unset, so that trials
+    asked while others are running do not get the same suggestions. (Optuna 5's default is already True, Optuna
+    4's was False: passing it says what a parallel sweep needs whatever the default; with one trial at a time
+    Optuna's default applies.)"""
+    given = _plain(node) if node is not None else {"_target_": "optuna.samplers.TPESampler"}
+    kwargs = {k: v for k, v in given.items() if v is not None}
+    if "n_ehvi_candidates" in given:  # hydra/sweeper/sampler=motpe
+        kwargs.pop("n_ehvi_candidates", None)
+        log.info(
+            "hydra/sweeper/sampler=motpe: Optuna 4 removed MOTPESampler; using TPESampler, which handles "
+            "several objectives (n_ehvi_candidates has no equivalent and is ignored)"
+        )
+    if parallel > 1 and str(kwargs.get("_target_", "")).endswith("TPESampler") and "constant_liar" not in kwargs:
+        kwargs["constant_liar"] = True
+    return kwargs
+
+
+def build_sampler(
+    node: Any, space: SearchSpace, n_trials: int, parallel: int = 1
+) -> tuple[optuna.samplers.BaseSampler, int]:
+    """(sampler, n_trials): the sampler of ``hydra.sweeper.sampler`` (:func:`sampler_arguments`); GridSampler gets
+    the search space's grid when it has none, and n_trials is capped at the grid's size."""
+    kwargs = sampler_arguments(node, parallel)
+    if str(kwargs.get("_target_", "")).endswith("GridSampler"):
+        if kwargs.get("search_space") is None:
+            kwargs["search_space"] = grid_of(space)
+        size = grid_size(kwargs["search_space"])
+        if size < n_trials:
+            n_trials = size
+            log.info(f"Updating num of trials to {n_trials} due to using GridSampler.")
+    return _instantiate("sampler", kwargs), n_trials
+
+
+def sampler_text(sampler: Any, parallel: int = 1) -> str:
+    """The sampler's class for the summary line; with trials at once, whether TPE's constant_liar is on."""
+    name = type(sampler).__name__
+    if parallel > 1 and getattr(sampler, "_constant_liar", False):  # TPESampler's argument (no public accessor)
+        return f"{name} (constant_liar: {parallel} trials at once)"
+    return name
 
 
 def _plain(node: Any) -> Dict[str, Any]:

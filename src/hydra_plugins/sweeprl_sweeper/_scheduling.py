@@ -265,7 +265,7 @@ class Scheduler:
         s = self.s
         pool = SlotPool(
             s["slots"],
-            self.hooks.job_command(),
+            self.hooks.slot_command,  # per trial start: the app may wrap the trial in a launcher (accelerate launch)
             [*self.impl.config_flags(), *self.passthrough, *self.impl.child_hydra_overrides()],
             devices=s["devices"],
             threads_per_slot=s["threads_per_slot"],

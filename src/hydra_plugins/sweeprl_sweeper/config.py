@@ -34,6 +34,8 @@ class TPESamplerConfig:
     multivariate: Optional[bool] = None
     warn_independent_sampling: Optional[bool] = None
     group: Optional[bool] = None
+    # None = true when the sweep runs several trials at once (slots > 1, or n_jobs through a parallel launcher),
+    # else Optuna's default (true since Optuna 5)
     constant_liar: Optional[bool] = None
 
 
@@ -73,7 +75,7 @@ class GridSamplerConfig:
 
 @dataclass
 class CmaEsSamplerConfig:
-    """Needs the ``cmaes`` package.
+    """Needs the ``cmaes`` package (a dependency of sweeprl); every swept param must be numeric.
     https://optuna.readthedocs.io/en/stable/reference/samplers/generated/optuna.samplers.CmaEsSampler.html"""
 
     _target_: str = "optuna.samplers.CmaEsSampler"

@@ -8,12 +8,12 @@ behaviour subclasses :class:`SweepHooks` and names it in its config::
         hooks: mypkg.sweep_hooks.MyHooks     # instantiated with hydra.utils.instantiate, no arguments
 
 Every method here is the generic behaviour (mostly a no-op); override only what the app needs. The sweeper calls,
-in this order: :meth:`bind` (the :class:`SweepContext`), :meth:`prepare`, :meth:`check`, :meth:`default_storage`,
-:meth:`sweep_started`; per trial :meth:`trial_overrides` / :meth:`seed_overrides` / :meth:`trial_dir` /
-:meth:`job_command` when it starts, :meth:`aggregate_seeds`, :meth:`trial_finished` and (FAIL only)
-:meth:`trial_failed` when it ends; :meth:`progress_columns` / :meth:`progress_detail` while the live panel shows a
-running trial; :meth:`sweep_finished` at the end (also after Ctrl-C or an abort). sweeprl's own implementation is
-``sweeprl.cli.sweep_hooks.SweeprlHooks``.
+in this order: :meth:`process_per_trial`, :meth:`bind` (the :class:`SweepContext`), :meth:`prepare`, :meth:`check`,
+:meth:`default_storage`, :meth:`sweep_started`; per trial :meth:`trial_overrides` / :meth:`seed_overrides` /
+:meth:`trial_dir` / :meth:`job_command` / :meth:`slot_command` when it starts, :meth:`aggregate_seeds`,
+:meth:`trial_finished` and (FAIL only) :meth:`trial_failed` when it ends; :meth:`progress_columns` /
+:meth:`progress_detail` while the live panel shows a running trial; :meth:`sweep_finished` at the end (also after
+Ctrl-C or an abort). sweeprl's own implementation is ``sweeprl.cli.sweep_hooks.SweeprlHooks``.
 """
 
 import os
@@ -48,6 +48,10 @@ class SweepContext:
     settings: Dict[str, Any] = field(default_factory=dict)  # every hydra.sweeper key, as configured
     # one name per direction, stored in the study (optuna-dashboard and Optuna's plots show them); None: unnamed
     metric_names: Optional[List[str]] = None
+    # trials this driver runs at the same time (process slots, or n_jobs through a parallel launcher); of them,
+    # local_parallel share this machine's CPUs (process slots, joblib, submitit_local; not SLURM or Ray jobs)
+    parallel: int = 1
+    local_parallel: int = 1
 
 
 class SweepHooks:
@@ -105,6 +109,18 @@ class SweepHooks:
                 "or with python -m; this one was not"
             )
         return [sys.executable, os.path.abspath(script)]
+
+    def slot_command(self, devices: Optional[List[int]]) -> List[str]:
+        """The command of the trial process a slot starts now, ``devices`` being the slot's entry of
+        ``hydra.sweeper.devices`` (None when none are set): :meth:`job_command`, unless the app runs each trial
+        under a launcher of its own (sweeprl: ``accelerate launch`` with one process per device). Called at every
+        trial start, so a launcher can get a fresh rendezvous port."""
+        return self.job_command()
+
+    def process_per_trial(self, config: Any) -> bool:
+        """True when ``config`` (the sweep's full config) needs every trial in a process of its own (e.g. under a
+        distributed launcher): the sweeper then uses process slots even with ``slots=1``."""
+        return False
 
     def aggregate_seeds(self, trial: "optuna.Trial", per_seed: List[List[float]]) -> List[float]:
         """One trial's values from its seeds' values: the mean of each objective."""

@@ -249,11 +249,16 @@ def read_result(job_dir: Any) -> Optional[Dict[str, Any]]:
 
 class ResultFile(Callback):
     """Hydra callback that writes the job's result file when the job ends (process slots add it to the trial's
-    command line: ``++hydra.callbacks.sweeper_result._target_=hydra_plugins.sweeprl_sweeper.outcomes.ResultFile``)."""
+    command line: ``++hydra.callbacks.sweeper_result._target_=hydra_plugins.sweeprl_sweeper.outcomes.ResultFile``).
+
+    A trial under a distributed launcher (torchrun, ``accelerate launch``) is one job in N processes: only the main
+    process (``RANK`` 0, or no ``RANK``) writes the file; the others' return values are not the trial's."""
 
     def on_job_end(self, config: Any, job_return: Any, **kwargs: Any) -> None:
         from hydra.core.utils import JobStatus
 
+        if int(os.environ.get("RANK") or 0) != 0:
+            return
         output_dir = config.hydra.runtime.output_dir
         if job_return.status == JobStatus.COMPLETED:
             write_result(output_dir, value=job_return.return_value)

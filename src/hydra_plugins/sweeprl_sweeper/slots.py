@@ -2,7 +2,8 @@
 
 Hydra's launchers run a list of jobs and return when all of them are done, so one slow trial idles every other
 slot of the batch. :class:`SlotPool` instead runs the app's own command (``python app.py`` / ``python -m pkg``,
-from the hooks) with ``<overrides> hydra.run.dir=<trial dir>`` per trial, one per slot, and the sweeper polls it:
+from the hooks; or what the hooks make of it for the slot's devices, e.g. ``accelerate launch … -m pkg`` with one
+process per device) with ``<overrides> hydra.run.dir=<trial dir>`` per trial, one per slot, and the sweeper polls it:
 whatever finishes is told to the study and its slot gets the next trial immediately. The trial's return value comes
 back through the result file that the :class:`~hydra_plugins.sweeprl_sweeper.outcomes.ResultFile` callback writes.
 Per slot: its devices (``CUDA_VISIBLE_DEVICES``) and a CPU thread budget (``OMP_NUM_THREADS``/``MKL_NUM_THREADS``
@@ -17,7 +18,10 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+
+#: the trial command: fixed, or made per trial start from the slot's devices (None when no devices are set)
+Command = Union[Sequence[str], Callable[[Optional[List[int]]], List[str]]]
 
 PROCESS_LOG = "trial_process.log"
 RESULT_CALLBACK = "++hydra.callbacks.sweeper_result._target_=hydra_plugins.sweeprl_sweeper.outcomes.ResultFile"
@@ -46,7 +50,7 @@ class SlotPool:
     def __init__(
         self,
         slots: int,
-        command: Sequence[str],
+        command: Command,
         base_args: Sequence[str],
         devices: Optional[Sequence[Sequence[int]]] = None,
         threads_per_slot: Optional[int] = None,
@@ -58,7 +62,7 @@ class SlotPool:
                 f"hydra.sweeper.devices lists {len(devices)} slot(s) for slots={self.slots}; allowed: one device list "
                 "per slot"
             )
-        self.command = list(command)
+        self.command = command if callable(command) else list(command)
         self.base_args = list(base_args)
         self.devices = [list(d) for d in devices] if devices is not None else None
         self.threads = threads_per_slot or max(1, (os.cpu_count() or 1) // self.slots)
@@ -80,13 +84,20 @@ class SlotPool:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(d) for d in self.devices[slot])
         return env
 
+    def command_for(self, slot: int) -> List[str]:
+        """The command that starts a trial in ``slot`` (before its arguments)."""
+        if callable(self.command):
+            return list(self.command(list(self.devices[slot]) if self.devices is not None else None))
+        return list(self.command)
+
     def start(self, trial: Any, overrides: Sequence[str], trial_dir: Path, slot: int) -> Running:
         trial_dir.mkdir(parents=True, exist_ok=True)
         from hydra_plugins.sweeprl_sweeper.search_space import format_value
 
         log_file = open(trial_dir / PROCESS_LOG, "w")  # noqa: SIM115 - closed when the trial ends
         run_dir = f"hydra.run.dir={format_value(str(trial_dir))}"
-        cmd = [*self.command, *self.base_args, *overrides, run_dir, "hydra.mode=RUN", RESULT_CALLBACK]
+        command = self.command_for(slot)
+        cmd = [*command, *self.base_args, *overrides, run_dir, "hydra.mode=RUN", RESULT_CALLBACK]
         log_file.write("# " + " ".join(cmd) + "\n")
         log_file.flush()
         proc = subprocess.Popen(
@@ -166,5 +177,8 @@ def describe_exit(returncode: Optional[int], timed_out: bool, timeout: Optional[
         hint = " (out of memory? the kernel's OOM killer sends SIGKILL)" if -returncode == signal.SIGKILL else ""
         return f"killed by {name}{hint}"
     errors = [ln.strip() for ln in log_tail.splitlines() if "Error" in ln or "Exception" in ln]
+    # under a distributed launcher (torchrun, accelerate launch) the last one is its ChildFailedError: the cause is
+    # the failed process's own exception, printed before it
+    errors = [ln for ln in errors if "ChildFailedError" not in ln and "elastic_launch" not in ln] or errors
     last = errors[-1] if errors else (log_tail.strip().splitlines()[-1] if log_tail.strip() else "no output")
     return f"exit code {returncode}: {last[:500]}"

@@ -16,6 +16,11 @@ A trial process that a sweep driver launched (the sweeper's process slots) skips
 driver has already validated the search space and probed the tracking URI, and the trial validates its own
 config once anyway (:func:`sweeprl.config.validate.validate_once`). The driver says so with the environment
 variable :data:`PRECHECKED_ENV` (``SWEEPRL_PRECHECKED=1``), which the slot pool sets for its trial processes.
+
+``sweeprl.launch=accelerate`` (:mod:`sweeprl.config.launch`): a single run starts ``accelerate launch … -m sweeprl``
+with its own overrides and run dir and waits for it (:func:`relaunch`); a sweep's slots start each trial that way.
+In the processes of such a launch, those of rank > 0 skip the checks (rank 0 reports a bad config), write no
+``.hydra/`` files and no ``trial.log`` (only rank 0's run is the record) and log warnings only.
 """
 
 from __future__ import annotations
@@ -50,7 +55,12 @@ def main(args: List[str]) -> Optional[int]:
         from sweeprl.cli.help import main as print_help
 
         return print_help(args)
+    from sweeprl.config.launch import is_main_process
+
     prechecked = os.environ.get(PRECHECKED_ENV) == "1"
+    if not is_main_process():  # rank > 0 of a distributed launch
+        prechecked = True
+        args = [*args, *replica_overrides(args)]
     overrides = single_run_overrides(args)
     if overrides is not None:
         code = run_composed_once(overrides, prechecked)
@@ -74,6 +84,36 @@ def main(args: List[str]) -> Optional[int]:
     sys.argv = [sys.argv[0] or "sweeprl", *args]
     run_hydra()
     return None
+
+
+def replica_overrides(args: List[str]) -> List[str]:
+    """Hydra settings of a process of rank > 0: no ``.hydra/`` dir and no job log file in the run dir (rank 0
+    writes them), WARNING and above on stdout (the launch's output)."""
+    extra = ["hydra.output_subdir=null"]
+    if not any(a.lstrip("+~").startswith("hydra/job_logging=") for a in args):
+        extra += ["hydra/job_logging=stdout", "hydra.job_logging.root.level=WARNING"]
+    return extra
+
+
+def relaunch(cfg: DictConfig, overrides: List[str]) -> int:
+    """One run with ``sweeprl.launch=accelerate`` from a plain process: ``accelerate launch`` of the same overrides
+    in the same run dir (resolved here, so that every process uses the same one), one process per GPU torch sees
+    (``sweeprl.num_processes`` on CPU); returns its exit code."""
+    import subprocess
+
+    from hydra_plugins.sweeprl_sweeper.search_space import format_value
+    from sweeprl.config.launch import problems, trial_command
+    from sweeprl.config.precheck import task_part
+
+    found = problems(task_part(cfg))
+    if found:
+        print(f"sweeprl: invalid configuration: {'; '.join(found)}", file=sys.stderr)
+        return 2
+    run_dir = os.path.abspath(str(cfg.hydra.run.dir))
+    cmd = [*trial_command(cfg), *overrides, f"hydra.run.dir={format_value(run_dir)}"]
+    shown = cmd[3 : cmd.index("-m", 3) + 2]  # the launch's options and "-m sweeprl"
+    print(f"sweeprl: accelerate launch {' '.join(shown)} <overrides>", file=sys.stderr)
+    return subprocess.run(cmd, env={**os.environ, PRECHECKED_ENV: "1"}, check=False).returncode
 
 
 def _preflight(cfg: DictConfig, args: List[str]) -> Tuple[Optional[str], List[str]]:
@@ -118,6 +158,11 @@ def run_composed_once(overrides: List[str], prechecked: bool) -> Any:
                 if problem:
                     print(f"sweeprl: invalid configuration: {problem}", file=sys.stderr)
                     return 2
+                overrides = checked
+        from sweeprl.config.launch import launched, mode
+
+        if mode(cfg) == "accelerate" and not launched():
+            return relaunch(cfg, overrides)
         with open_dict(cfg.hydra):
             cfg.hydra.mode = RunMode.RUN
         configure_log(cfg.hydra.hydra_logging, cfg.hydra.verbose)
@@ -143,14 +188,23 @@ def run_composed_once(overrides: List[str], prechecked: bool) -> Any:
 
 def trial_task(cfg: DictConfig) -> Any:
     """Hydra task function: train one configuration, return its objective value to the sweeper."""
+    from sweeprl.config.launch import launched, mode
     from sweeprl.trial import run_trial
 
+    if mode(cfg) == "accelerate" and not launched():
+        raise ValueError(
+            "sweeprl.launch=accelerate but this process was not started by accelerate launch; allowed: a run from "
+            "overrides only (python -m sweeprl <overrides> starts accelerate launch itself), a sweep with process "
+            "slots, or accelerate launch -m sweeprl <overrides>"
+        )
     hc = HydraConfig.get()
     sweep_params = {}
     if hc.sweeper.get("params") and cfg.sweeprl.trial_number is not None:
         sweep_params = {str(k): str(v) for k, v in hc.sweeper.params.items()}
     single = hc.mode == RunMode.RUN and cfg.sweeprl.trial_number is None  # not a trial process of a sweep
     result = run_trial(cfg, hc.runtime.output_dir, progress_bars=single, sweep_params=sweep_params)
+    if result is None:  # a process of rank > 0 of a distributed trial: rank 0 records and returns the objective
+        return None
     if single:
         _print_single_run_summary(cfg, result)
     return result.objective.values if result.objective.name == "pareto" else result.value

@@ -29,7 +29,7 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
     ap.add_argument("--problems", help="problems JSONL (id, prompt, tests[, reference_solution]); default: shipped set")
     ap.add_argument("--completions", required=True, help="completions JSONL ({problem_id, completion, truncated})")
     ap.add_argument("--format", choices=("json", "table"), default="json")
-    ap.add_argument("--workers", type=int, default=0, help="parallel scoring threads (0 = CPU cores)")
+    ap.add_argument("--workers", type=int, default=0, help="parallel scoring threads (0 = CPUs this process may use)")
     ap.add_argument("--isolation", choices=("auto", "bwrap", "rlimits"), default="auto")
     ap.add_argument(
         "--set",

@@ -6,8 +6,9 @@ conf/config.yaml): everything the sweeper does for a sweeprl sweep beyond what i
   and both ends of every range (every choice) must pass sweeprl's config validation; the default storage is
   ``sqlite:///<sweep dir>/optuna.db``;
 - per trial: ``sweeprl.study_name/storage/trial_number/parent_run_id`` (the trial's dir ``trial_<n>``, its pruning
-  channel and its MLflow child run), per seed ``algo.seed`` and ``sweeprl.run_suffix``; the seeds' values are
-  combined into mean - ``objective.weights.across_seeds`` x std; the trial record (:mod:`sweeprl.trial_record`)
+  channel and its MLflow child run) and ``sweeprl.slots`` (trials sharing this machine's CPUs), per seed
+  ``algo.seed`` and ``sweeprl.run_suffix``; the seeds' values are combined into mean -
+  ``objective.weights.across_seeds`` x std; the trial record (:mod:`sweeprl.trial_record`)
   becomes user attrs; a failed trial keeps its log tail and its MLflow run ends FAILED;
 - display and end: the live panel's step/reward/KL columns, the MLflow parent run, the ranked trials table, the
   sweep report.
@@ -91,6 +92,54 @@ class SweeprlHooks(SweepHooks):
         if not space.distributions and not self.ctx.settings.get("custom_search_space"):
             raise SearchSpaceError("nothing to sweep: hydra.sweeper.params is empty (pick a preset, e.g. sweep=lr_kl)")
         check_search_space(task_config(self.ctx.config), space)
+        self.check_launch()
+
+    def check_launch(self) -> None:
+        """``sweeprl.launch=accelerate``: valid settings for every slot's device group, trials as processes of this
+        driver (process slots: not through another hydra/launcher, not ``process=false``)."""
+        from hydra_plugins.sweeprl_sweeper.launchers import is_basic_launcher, launcher_name
+        from sweeprl.config import launch
+
+        config, settings = self.ctx.config, self.ctx.settings
+        devices = [list(d) for d in settings["devices"]] if settings.get("devices") else None
+        problems = launch.problems(task_config(config), devices)
+        if launch.mode(config) == "accelerate":
+            if not is_basic_launcher(config):
+                problems.append(
+                    "sweeprl.launch=accelerate runs each trial under accelerate launch as a process of the sweep "
+                    f"driver, which would bypass hydra/launcher={launcher_name(config)}; allowed: process slots "
+                    "(drop hydra/launcher), or sweeprl.launch=python with the launcher"
+                )
+            if settings.get("process") is False:
+                problems.append(
+                    "hydra.sweeper.process=false is invalid with sweeprl.launch=accelerate; allowed: null or true "
+                    "(every trial is an accelerate launch of its own)"
+                )
+        if problems:
+            raise SearchSpaceError("; ".join(problems))
+        if launch.mode(config) == "accelerate":
+            name = OmegaConf.select(config, "sweeprl.accelerate_config")
+            groups = devices or [None]
+            counts = sorted({launch.num_processes(task_config(config), g) for g in groups})
+            log.info(
+                "each trial: accelerate launch (%s), %s process(es)%s",
+                name,
+                "/".join(map(str, counts)),
+                " on CPU (gloo)" if launch.on_cpu(config, devices) else "",
+            )
+
+    def process_per_trial(self, config: Any) -> bool:
+        """``sweeprl.launch=accelerate``: every trial is an ``accelerate launch`` of its own (process slots)."""
+        from sweeprl.config.launch import mode
+
+        return mode(config) == "accelerate"
+
+    def slot_command(self, devices: Optional[List[int]]) -> List[str]:
+        """``python -m sweeprl``, or with ``sweeprl.launch=accelerate`` an ``accelerate launch`` of it with one
+        process per device of the slot (``sweeprl.num_processes`` on CPU) and a fresh rendezvous port."""
+        from sweeprl.config.launch import trial_command
+
+        return trial_command(self.ctx.config, devices)
 
     def default_storage(self) -> Optional[str]:
         from sweeprl.study import default_storage
@@ -106,6 +155,7 @@ class SweeprlHooks(SweepHooks):
             return
         self.tracker = SafeTracker(resolve_uri(tracking.uri))
         self.tracking_uri = self.tracker.uri
+        warn_sqlite_tracking(self.tracking_uri, self.ctx.parallel)
         self.experiment_id = self.tracker.experiment_id(self._experiment_name())
         if self.experiment_id is None:
             return
@@ -130,6 +180,7 @@ class SweeprlHooks(SweepHooks):
             f"sweeprl.study_name={quote(str(self.ctx.study_name))}",
             f"sweeprl.storage={quote(str(self.ctx.storage_url))}",
             f"sweeprl.trial_number={number}",
+            f"sweeprl.slots={self.ctx.local_parallel}",  # the trial's share of this machine's CPUs
         ]
         return overrides + ([f"sweeprl.parent_run_id={self.parent_run}"] if self.parent_run else [])
 
@@ -291,14 +342,36 @@ class SweeprlHooks(SweepHooks):
                 items = yaml.safe_load((d / ".hydra" / "overrides.yaml").read_text()) or []
             except (OSError, yaml.YAMLError):
                 continue
-            keep = [str(o) for o in items if not str(o).lstrip("+~").startswith(("sweeprl.", "sweep="))]
+            keep = [str(o) for o in items if not _plumbing(str(o))]
             return " ".join([executable(), "-m sweeprl", *keep])  # a multi-seed trial: its first seed
         return ""
+
+
+def _plumbing(override: str) -> bool:
+    """The sweeper's per-trial ``sweeprl.*`` keys and the sweep preset; a reproduced run keeps the launch settings
+    (how the trial ran: :data:`sweeprl.config.launch.LAUNCH_KEYS`)."""
+    from sweeprl.config.launch import LAUNCH_KEYS
+
+    key = override.lstrip("+~")
+    return key.startswith(("sweeprl.", "sweep=")) and key.split("=", 1)[0] not in LAUNCH_KEYS
 
 
 #: loggers whose INFO lines repeat per trial or say nothing a sweep's reader needs (unless ``-v``): Hydra's
 #: "Launching 1 jobs locally" + the full override list, MLflow's store set-up, Optuna's "A new study created"
 QUIET_LOGGERS = ("hydra._internal.core_plugins.basic_launcher", "mlflow", "optuna", "alembic")
+
+
+def warn_sqlite_tracking(uri: str, parallel: int) -> None:
+    """Once per sweep: the MLflow store is SQLite while several trials log to it at once."""
+    if parallel > 1 and uri.startswith("sqlite"):
+        log.warning(
+            "tracking.uri is SQLite (%s) and %d trials run at once: SQLite lets one writer in at a time, so trials "
+            "wait on each other's MLflow writes. For parallel sweeps use an MLflow server backed by PostgreSQL: "
+            "mlflow server --backend-store-uri postgresql+psycopg2://user@host/db, then tracking.uri=http://host:5000 "
+            "(docs/distributed.md)",
+            uri,
+            parallel,
+        )
 
 
 def quiet_sweep_log() -> None:

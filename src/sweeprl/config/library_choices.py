@@ -108,6 +108,20 @@ def declared_choices(module: str, cls: str, attr: str) -> Tuple[str, ...]:
     return ()
 
 
+def declared_fields(module: str, cls: str) -> Tuple[str, ...]:
+    """The annotated fields that class ``cls`` of ``module`` declares in its own body (inherited ones not)."""
+    node = _class(module, cls)
+    body = node.body if node else []
+    return tuple(s.target.id for s in body if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name))
+
+
+def defining_module(package: str, name: str) -> Optional[str]:
+    """The submodule of ``package`` that defines ``name``, as its ``__init__`` imports it (``from .x import
+    name``); None when it does not say."""
+    match = re.search(rf"^\s*from \.(\w+) import [^\n]*\b{re.escape(name)}\b", _source(package) or "", re.M)
+    return f"{package}.{match.group(1)}" if match else None
+
+
 def enum_values(module: str, cls: str) -> Tuple[str, ...]:
     """The string values of ``class <cls>(…Enum): NAME = "value"``."""
     node = _class(module, cls)

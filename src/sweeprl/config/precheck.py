@@ -22,6 +22,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from omegaconf.errors import OmegaConfBaseException
 
 from sweeprl.config import CONFIG_DIR
+from sweeprl.config.launch import setting_problems as launch_problems
 from sweeprl.config.validate import ConfigValidationError, validate_once
 
 FLAGS_WITH_VALUE = {"--cfg", "-c", "--package", "-p", "--experimental-rerun"}
@@ -170,6 +171,9 @@ def check(argv: List[str]) -> Tuple[Optional[str], Optional[DictConfig]]:
         validate_once(cfg)  # the trial of this process will not validate the same config again
     except ConfigValidationError as exc:
         return str(exc), None
+    found = launch_problems(cfg)
+    if found:
+        return str(ConfigValidationError(found)), None
     return None, cfg
 
 
@@ -207,6 +211,9 @@ def compose_run(overrides: List[str], validate: bool = True) -> Tuple[Optional[s
             validate_once(task_part(cfg))  # the trial validates this very config: a no-op then
         except ConfigValidationError as exc:
             return str(exc), None
+        found = launch_problems(cfg)
+        if found:
+            return str(ConfigValidationError(found)), None
     return None, cfg
 
 

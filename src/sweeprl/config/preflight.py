@@ -9,7 +9,9 @@
   a refused/timed-out connection does not), a ``sqlite:///`` or file store must be in a writable directory.
   An unreachable URI is an error, unless ``tracking.fallback_local=true``: then one warning names the URI and
   the run logs to the embedded local store instead (the override is added to the command line, so every trial
-  of a sweep inherits it).
+  of a sweep inherits it);
+- with ``generation.use_vllm=true``, vLLM must be installed (:func:`sweeprl.config.vllm.availability`; found
+  without importing it — the trial imports it before loading the model).
 
 Nothing is created: a failed check leaves no directory behind.
 """
@@ -96,6 +98,16 @@ def tracking_problem(uri: str) -> Optional[str]:
 
 def preflight(cfg: DictConfig, args: List[str]) -> Tuple[Optional[str], List[str], List[str]]:
     """(problem, args, warnings): a message that stops the run, or the (possibly extended) command line."""
+    from sweeprl.config import vllm
+
+    problem, warnings = vllm.availability(cfg)  # generation.use_vllm=true: vLLM must be installed here
+    if problem:
+        return problem, args, []
+    problem, args, more = _output_and_tracking(cfg, args)
+    return problem, args, warnings + more
+
+
+def _output_and_tracking(cfg: DictConfig, args: List[str]) -> Tuple[Optional[str], List[str], List[str]]:
     from sweeprl.tracking import default_tracking_uri
 
     key, out_dir = output_root(args)

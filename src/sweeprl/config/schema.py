@@ -18,8 +18,13 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
 from sweeprl.config.algos import ALGOS
-from sweeprl.config.fields import f
+from sweeprl.config.fields import at_least, between, f, one_of, optional
+from sweeprl.config.launch import LAUNCH_MODES
+from sweeprl.config.library_choices import LibraryChoice
 from sweeprl.config.objective import ObjectiveConfig, ObjectiveWeights  # noqa: F401 - ObjectiveWeights re-exported
+
+#: TRL's vLLM modes: the values TRL's vLLM generation backend dispatches on (read from its source when validating)
+VLLM_MODES = LibraryChoice("mode", compared_in="trl.generation.vllm_generation")
 
 
 # --------------------------------------------------------------------------------------------- model
@@ -32,6 +37,24 @@ class TinyModelSpec:
     num_key_value_heads: int = f(2, "Key/value heads (GQA) of the tiny model.")
     max_position_embeddings: int = f(512, "Maximum sequence length of the tiny model.")
     seed: int = f(0, "Seed of the random initialisation; the same seed gives the same weights, bit for bit.")
+
+
+@dataclass
+class PretrainSpec:
+    corpus: str = f(
+        "none",
+        "Pretrain the tiny model before use: none (random init) or ocaml (the OCaml standard library's sources "
+        "and the shipped problems' reference solutions, held-out problems excluded).",
+    )
+    steps: int = f(600, "Optimizer steps of pretraining.")
+    batch_size: int = f(8, "Sequences per pretraining step.")
+    context: int = f(1024, "Bytes per pretraining sequence (at most max_position_embeddings - 1).")
+    learning_rate: float = f(3.0e-3, "Peak learning rate of pretraining (AdamW, warmup then cosine to 10%).")
+    solutions_fraction: float = f(0.8, "Share of sequences that are a problem prompt + its reference solution.")
+    held_out_fraction: float = f(
+        0.25, "Problems whose id hash falls below this are never shown (includes every validation problem)."
+    )
+    seed: int = f(0, "Seed of the pretraining batches.")
 
 
 @dataclass
@@ -49,6 +72,9 @@ class ModelConfig:
     )
     cache_dir: str = f("~/.cache/sweeprl/models", "Where the tiny model is built and cached (source=tiny).")
     tiny: TinyModelSpec = field(default_factory=TinyModelSpec, metadata={"help": "Architecture of the tiny model."})
+    pretrain: PretrainSpec = field(
+        default_factory=PretrainSpec, metadata={"help": "Pretraining of the tiny model (source=tiny)."}
+    )
 
 
 # ---------------------------------------------------------------------------------------------- lora
@@ -88,6 +114,27 @@ class GenerationConfig:
     min_p: Optional[float] = f(None, "Min-p filtering (None = off).")
     repetition_penalty: float = f(1.0, "Repetition penalty (1 = off).")
     max_completion_length: int = f(64, "Maximum tokens generated per completion.")
+    # vLLM (generation=vllm; GRPO/RLOO only): TRL's GRPOConfig/RLOOConfig fields under their own names. null = TRL's
+    # default (not passed); the checks across fields and the import check are in sweeprl.config.vllm.
+    use_vllm: bool = f(False, "Generate with vLLM instead of transformers' generate (needs the gpu extra).")
+    vllm_mode: Optional[str] = f(
+        None, "colocate (vLLM in the trainer's process, on its GPUs) or server (trl vllm-serve).", optional(VLLM_MODES)
+    )
+    vllm_gpu_memory_utilization: Optional[float] = f(
+        None,
+        "Share of each GPU that colocated vLLM reserves (weights, KV cache).",
+        optional(between(0, 1, "a float in (0, 1]", low_open=True)),
+    )
+    vllm_tensor_parallel_size: Optional[int] = f(None, "GPUs one colocated vLLM engine spans.", optional(at_least(1)))
+    vllm_enable_sleep_mode: Optional[bool] = f(None, "Offload colocated vLLM's weights/cache during the update.")
+    vllm_server_base_url: Optional[str] = f(None, "URL of the vLLM server (mode server); replaces host and port.")
+    vllm_server_host: Optional[str] = f(None, "Host of the vLLM server (mode server).")
+    vllm_server_port: Optional[int] = f(
+        None, "Port of the vLLM server (mode server).", optional(between(1, 65535, "an int in [1, 65535]"))
+    )
+    vllm_importance_sampling_correction: Optional[bool] = f(
+        None, "Correct for vLLM's sampling log-probs differing from the trainer's (GRPO only)."
+    )
 
 
 # ---------------------------------------------------------------------------------------------- data
@@ -161,7 +208,31 @@ class RuntimeConfig:
     parent_run_id: Optional[str] = f(None, "MLflow parent run of the sweep (set by the sweeper).")
     run_suffix: str = f("", "Suffix of the trial dir / run name (the sweeper sets _seed<N> for multi-seed sweeps).")
     report_to_pruner: bool = f(True, "Report the running objective to the study's pruner (off for multi-seed trials).")
+    slots: int = f(1, "Trials the sweep runs at once on this machine (set by the sweeper); rewards share the CPUs.")
     device: str = f("auto", "auto (CUDA when available, else CPU), cpu or cuda.")
+    launch: str = f(
+        "python",
+        "How a trial runs: python (one process) or accelerate (accelerate launch: one process per device of the "
+        "trial's device group, hydra.sweeper.devices per slot, e.g. [[0,1],[2,3]]; only rank 0 records the trial).",
+        one_of(*LAUNCH_MODES),
+    )
+    accelerate_config: str = f(
+        "ddp",
+        "accelerate config of launch=accelerate: ddp, zero2, zero3 (DeepSpeed), fsdp (FSDP 2) — files shipped in "
+        "sweeprl/resources/accelerate/ — or the path of your own accelerate config YAML.",
+    )
+    num_processes: Optional[int] = f(
+        None,
+        "Processes per trial with launch=accelerate; null = one per device of the trial's device group (or per "
+        "GPU torch sees). Required without GPUs: N CPU processes on gloo.",
+        optional(at_least(1)),
+    )
+    save_model: bool = f(
+        True,
+        "Save each COMPLETE trial's trained weights + tokenizer into <trial dir>/model and log them to its MLflow "
+        "run (python -m sweeprl export takes them from there). With LoRA only the adapter (MBs); without it the "
+        "full model, twice (dir + MLflow artifacts): about 2 x the weights' size per trial. false = keep nothing.",
+    )
 
 
 @dataclass

@@ -3,8 +3,8 @@
 Types and unknown keys are already enforced by the structured schema at compose time. This module is the
 generic machinery that runs every check: the algorithm's own field checks and cross-field checks (declared
 beside its fields in :mod:`sweeprl.config.algos`), the rules of the other groups (``COMMON_RULES``), the
-``algo.extra`` passthrough (it must not set a first-class field) and the checks across groups. Every message
-names the key, the bad value and what is allowed.
+``algo.extra`` passthrough (it must not set a first-class field), the vLLM settings (:mod:`sweeprl.config.vllm`)
+and the checks across groups. Every message names the key, the bad value and what is allowed.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterable, List, Optional, Set
 
 from omegaconf import DictConfig, OmegaConf
 
+from sweeprl.config import vllm
 from sweeprl.config.algos import ALGOS, Algo
 from sweeprl.config.algos.trl_base import SET_FROM_OTHER_KEYS
 from sweeprl.config.fields import Rule, field_rules
@@ -22,6 +23,7 @@ from sweeprl.config.fields import problems as rule_problems
 from sweeprl.config.schema import GenerationConfig
 
 MODEL_SOURCES = ("tiny", "hub")
+PRETRAIN_CORPORA = ("none", "ocaml")  # sweeprl.models.pretrain builds "ocaml"
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 OBJECTIVES = ("stability_adjusted", "pareto", "reward")
 DEVICES = ("auto", "cpu", "cuda")
@@ -62,6 +64,13 @@ COMMON_RULES: List[Rule] = [
     Rule("generation.max_completion_length", _at_least(1), "an int >= 1"),
     _choice("model.source", MODEL_SOURCES),
     _choice("model.dtype", DTYPES),
+    _choice("model.pretrain.corpus", PRETRAIN_CORPORA),
+    Rule("model.pretrain.steps", _at_least(1), "an int >= 1"),
+    Rule("model.pretrain.batch_size", _at_least(1), "an int >= 1"),
+    Rule("model.pretrain.context", _at_least(16), "an int >= 16"),
+    Rule("model.pretrain.learning_rate", _positive, "a float > 0"),
+    Rule("model.pretrain.solutions_fraction", lambda v: 0 <= v <= 1, "a float in [0, 1]"),
+    Rule("model.pretrain.held_out_fraction", lambda v: 0 <= v < 1, "a float in [0, 1)"),
     Rule("lora.r", _at_least(1), "an int >= 1"),
     Rule("lora.alpha", _positive, "a number > 0"),
     Rule("lora.dropout", lambda v: 0 <= v < 1, "a float in [0, 1)"),
@@ -142,12 +151,12 @@ def _search_space_checks(cfg: DictConfig) -> List[str]:
 
 def validate(cfg: DictConfig) -> None:
     """Raise :class:`ConfigValidationError` naming every bad key; return None when all is well."""
-    problems = rule_problems(cfg, COMMON_RULES)
+    problems = rule_problems(cfg, COMMON_RULES) + rule_problems(cfg, field_rules(GenerationConfig, "generation"))
     algo_name: Optional[str] = OmegaConf.select(cfg, "algo.name")
     if algo_name not in ALGOS:
         problems.append(f"algo.name={algo_name!r} is invalid; allowed: one of {', '.join(ALGOS)}")
     else:
-        problems += _algo_problems(cfg, ALGOS[algo_name])
+        problems += _algo_problems(cfg, ALGOS[algo_name]) + vllm.problems(cfg, ALGOS[algo_name])
     if cfg.model.source == "hub" and not cfg.model.name_or_path:
         problems.append("model.name_or_path=None is invalid; allowed: a hub id or local path when model.source=hub")
     if cfg.lora.enabled and not cfg.lora.target_modules:

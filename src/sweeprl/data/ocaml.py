@@ -11,6 +11,9 @@ Each test is an OCaml ``bool`` expression (``"sum_list [1; 2; 3] = 6"``). Source
 - ``hub``: a hub dataset (``data.kwargs.hub_id``, default ``kiranpg/ocaml-training-problems``,
   ``hub_split``, and ``columns`` mapping our field names to its column names). Needs network on first use.
 
+``data.kwargs.difficulty`` (``easy``, or a list such as ``[easy, medium]``) keeps the problems of those tiers
+(the shipped problems have a ``difficulty`` field: 23 easy, 24 medium, 21 hard).
+
 Prompts: the model's chat template when the tokenizer has one (a system and a user message; TRL applies the
 template), else a plain OCaml comment that the completion continues. Both tell the model to end its answer
 with the end marker.
@@ -32,6 +35,7 @@ DEFAULTS: Dict[str, Any] = {
     "hub_id": "kiranpg/ocaml-training-problems",
     "hub_split": "train",
     "columns": {"id": "id", "prompt": "prompt", "tests": "tests", "reference_solution": "reference_solution"},
+    "difficulty": None,
     "end_marker": "(* END *)",
     "system_prompt": "You are an expert OCaml programmer.",
     "instruction": "Answer with OCaml code only: top-level definitions, no main program, no printing. "
@@ -53,7 +57,22 @@ def options(data_cfg: DictConfig) -> Dict[str, Any]:
         raise ValueError(f"data.kwargs.source={opts['source']!r}; allowed: {', '.join(SOURCES)}")
     if opts["source"] == "file" and not opts["path"]:
         raise ValueError("data.kwargs.path is required when data.kwargs.source=file")
+    if isinstance(opts["difficulty"], str):
+        opts["difficulty"] = [opts["difficulty"]]
     return opts
+
+
+def by_difficulty(problems: List[Dict[str, Any]], wanted: Any) -> List[Dict[str, Any]]:
+    """The problems of the tiers in ``wanted`` (all when it is None); a tier no problem has is an error."""
+    if not wanted:
+        return problems
+    tiers = sorted({str(p.get("difficulty")) for p in problems})
+    unknown = [w for w in wanted if w not in tiers]
+    if unknown:
+        raise ValueError(
+            f"data.kwargs.difficulty={list(wanted)}: no problem has {unknown}; allowed: {', '.join(tiers)}"
+        )
+    return [p for p in problems if p.get("difficulty") in wanted]
 
 
 def validate_problem(p: Mapping[str, Any], where: str) -> Dict[str, Any]:
@@ -121,5 +140,5 @@ def ocaml_problems(data_cfg: DictConfig, tokenizer: Any = None) -> Records:
             "tests": p["tests"],
             "reference_solution": p.get("reference_solution") or "",
         }  # teacher_relative's teacher
-        for p in load_problems(opts)
+        for p in by_difficulty(load_problems(opts), opts["difficulty"])
     ]

@@ -36,9 +36,11 @@ def resolve_device(requested: str) -> DeviceSettings:
 
 
 def model_path(model_cfg: DictConfig) -> str:
-    """A hub id or a local directory; the tiny model is built (once) into the cache and returned by path."""
+    """A hub id or a local directory; the tiny model is built (once; pretrained when ``model.pretrain.corpus``
+    is not none) into the cache and returned by path."""
     if model_cfg.source == "tiny":
-        return str(ensure_tiny_model(dict(model_cfg.tiny), model_cfg.cache_dir))
+        pretrain = model_cfg.get("pretrain")
+        return str(ensure_tiny_model(dict(model_cfg.tiny), model_cfg.cache_dir, dict(pretrain) if pretrain else None))
     return str(model_cfg.name_or_path)
 
 
@@ -53,6 +55,8 @@ def model_init_kwargs(model_cfg: DictConfig, device: DeviceSettings) -> dict[str
         kwargs["revision"] = model_cfg.revision
     if model_cfg.attn_implementation:
         kwargs["attn_implementation"] = model_cfg.attn_implementation
+    if model_cfg.trust_remote_code:  # the model, like the tokenizer, may ship its own code (and TRL's reference)
+        kwargs["trust_remote_code"] = True
     return kwargs
 
 

@@ -1,9 +1,10 @@
-"""The embedded tiny model: a random-init Qwen2 causal LM with a byte-level tokenizer.
+"""The embedded tiny model: a Qwen2 causal LM with a byte-level tokenizer, random-init (``model=tiny``) or
+pretrained on OCaml by sweeprl itself (``model=tiny_ocaml``, :mod:`sweeprl.models.pretrain`).
 
-Built locally and deterministically from its spec (same spec and seed -> identical weights), saved to a
-cache directory and always loaded by path: TRL loads the GRPO reference model by path when beta > 0.
-Nothing is downloaded. Token ids 0..255 are the raw bytes; one special token ``<|endoftext|>`` is both EOS
-and padding, so any text round-trips exactly.
+Built locally and deterministically from its spec (same spec, pretraining settings and corpus -> identical
+weights), saved to a cache directory and always loaded by path: TRL loads the GRPO reference model by path
+when beta > 0. Nothing is downloaded. Token ids 0..255 are the raw bytes; one special token
+``<|endoftext|>`` is both EOS and padding, so any text round-trips exactly.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Callable, Dict, Mapping, Optional
 
 log = logging.getLogger(__name__)
 
@@ -23,10 +24,15 @@ EOS = "<|endoftext|>"
 FORMAT_VERSION = 1  # bump when the construction below changes, so old caches are not reused
 
 
-def spec_key(spec: Mapping[str, int]) -> str:
-    """Cache key of a spec (the fields of :class:`sweeprl.config.schema.TinyModelSpec`)."""
-    payload = json.dumps({"v": FORMAT_VERSION, **dict(spec)}, sort_keys=True)
-    return hashlib.sha256(payload.encode()).hexdigest()[:12]
+def spec_key(spec: Mapping[str, int], pretrain: Optional[Mapping[str, Any]] = None) -> str:
+    """Cache key of a spec (the fields of :class:`sweeprl.config.schema.TinyModelSpec`) and, for a pretrained
+    model, of its pretraining settings and corpus (:class:`sweeprl.config.schema.PretrainSpec`)."""
+    payload: Dict[str, Any] = {"v": FORMAT_VERSION, **dict(spec)}
+    if pretrain and pretrain.get("corpus", "none") != "none":
+        from sweeprl.models.pretrain import corpus_fingerprint
+
+        payload["pretrain"] = {**dict(pretrain), "text": corpus_fingerprint(pretrain)}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
 
 
 def _bytes_to_unicode() -> dict[int, str]:
@@ -81,14 +87,21 @@ def build_model(spec: Mapping[str, int], vocab_size: int, eos_id: int):
     return model
 
 
-def ensure_tiny_model(spec: Mapping[str, int], cache_dir: str | os.PathLike) -> Path:
-    """Return the directory of the tiny model for ``spec``, building it on first use.
+def ensure_tiny_model(
+    spec: Mapping[str, int],
+    cache_dir: str | os.PathLike,
+    pretrain: Optional[Mapping[str, Any]] = None,
+    progress: Optional[Callable[[str], None]] = None,
+) -> Path:
+    """Return the directory of the tiny model for ``spec`` (pretrained per ``pretrain`` when its corpus is not
+    ``none``), building it on first use.
 
     The build goes to a temporary sibling directory that is renamed into place, so concurrent trials never
-    see a half-written model.
+    see a half-written model (two trials that start together may both build it; the first rename wins).
     """
     root = Path(os.path.expanduser(str(cache_dir)))
-    target = root / f"tiny-{spec_key(spec)}"
+    pretrained = bool(pretrain) and pretrain.get("corpus", "none") != "none"
+    target = root / f"tiny-{spec_key(spec, pretrain)}"
     if (target / "config.json").is_file() and (target / "tokenizer.json").is_file():
         return target
     root.mkdir(parents=True, exist_ok=True)
@@ -96,12 +109,17 @@ def ensure_tiny_model(spec: Mapping[str, int], cache_dir: str | os.PathLike) -> 
     try:
         tokenizer = build_tokenizer()
         model = build_model(spec, vocab_size=len(tokenizer), eos_id=tokenizer.eos_token_id)
+        record: Dict[str, Any] = {**dict(spec)}
+        if pretrained:
+            from sweeprl.models.pretrain import pretrain_model
+
+            record["pretrain"] = {**dict(pretrain), **pretrain_model(model, tokenizer, pretrain, progress)}
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-        (tmp / "sweeprl_tiny_spec.json").write_text(json.dumps(dict(spec), indent=2))
+        (tmp / "sweeprl_tiny_spec.json").write_text(json.dumps(record, indent=2))
         try:
             tmp.rename(target)
-            log.info("built tiny model (%d params) at %s", model.num_parameters(), target)
+            (progress or log.info)(f"built tiny model ({model.num_parameters():,} params) at {target}")
         except OSError:  # another process won the race; its copy is identical
             pass
     finally:

@@ -98,8 +98,10 @@ def suggest_next_sweep(study: optuna.Study, infos: Sequence[TrialInfo], top_k: i
 
 def _launch_overrides(infos: Sequence[TrialInfo], swept: Iterable[str]) -> List[str]:
     """The task overrides the sweep was launched with (``experiment=…``, ``sweep=…``), without the sampled
-    params and the per-trial ``sweeprl.*`` plumbing."""
+    params and the per-trial ``sweeprl.*`` plumbing (the launch settings stay: the next sweep runs the same way)."""
     import yaml
+
+    from sweeprl.config.launch import LAUNCH_KEYS
 
     swept = {k.lstrip("+~") for k in swept}
     for info in infos:
@@ -114,7 +116,7 @@ def _launch_overrides(infos: Sequence[TrialInfo], swept: Iterable[str]) -> List[
             out = []
             for item in items:
                 key = str(item).split("=", 1)[0].lstrip("+~")
-                if key in swept or key.startswith("sweeprl."):
+                if key in swept or (key.startswith("sweeprl.") and key not in LAUNCH_KEYS):
                     continue
                 out.append(str(item))
             return out

@@ -39,7 +39,8 @@ def completion_text(completion: Any) -> str:
 def build_reward(name: str, kwargs: Dict[str, Any] | None = None, context: Dict[str, Any] | None = None) -> RewardFunc:
     """Instantiate a registered reward; unknown names fail with the list of available ones.
 
-    ``context`` holds trial facts (``output_dir``, ``max_completion_length``, ``max_steps``); each is passed
+    ``context`` holds trial facts (``output_dir``, ``max_completion_length``, ``max_steps``, ``slots``: trials of
+    the sweep sharing this machine's CPUs, 1 for a single run); each is passed
     only to factories that declare a parameter of that name, and never overrides a configured value.
     """
     load_builtin()

@@ -22,9 +22,12 @@ Scoring of one completion (weights configurable, defaults from the training that
    end marker.
 
 Everything for one completion runs in one :class:`sweeprl.sandbox.Sandbox` call (a shell script driving
-``ocamlc``), completions of a batch in parallel threads (``workers``, default = CPU cores). Per step the
-components are logged as ``rewards/ocaml/<component>`` and every scored completion is appended to
-``completions.jsonl`` in the trial dir.
+``ocamlc``), completions of a batch in parallel threads: ``workers`` of them, where 0 (the default) means this
+trial's share of the CPUs, ``max(1, cpus // slots)`` — ``cpus`` the CPUs the process may run on (its affinity
+mask), ``slots`` the trials the sweep runs at once on this machine (``hydra.sweeper.slots``, passed to each trial
+as ``sweeprl.slots``; 1 for a single run) — so 8 slots on 8 cores score with 1 thread each, not 8 each; an
+explicit ``workers: N`` is used as it is. Per step the components are logged as ``rewards/ocaml/<component>``
+and every scored completion is appended to ``completions.jsonl`` in the trial dir.
 """
 
 from __future__ import annotations
@@ -51,6 +54,20 @@ COMPONENTS = tuple(DEFAULT_WEIGHTS)
 ITEM_START = re.compile(r"^(let|type|module|open|exception|external|class)\b")
 FENCE = re.compile(r"^\s*```[a-zA-Z]*\s*$")
 COMMENT_ONLY = re.compile(r"^\s*\(\*.*\*\)\s*$")
+
+
+def available_cpus() -> int:
+    """CPUs this process may run on: its affinity mask (taskset, cgroups cpusets, SLURM) where the OS has one."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):  # macOS, Windows
+        return os.cpu_count() or 1
+
+
+def default_workers(slots: int = 1, cpus: Optional[int] = None) -> int:
+    """``workers: 0``: this trial's share of the CPUs, ``max(1, cpus // slots)`` (``slots``: trials at once)."""
+    cpus = available_cpus() if cpus is None else cpus
+    return max(1, int(cpus) // max(1, int(slots)))
 
 
 class OCamlToolchainMissing(RuntimeError):
@@ -200,6 +217,7 @@ class OCamlScorer:
         isolation: str = "auto",
         workers: int = 0,
         limits: Optional[Limits] = None,
+        slots: int = 1,
     ):
         require_ocaml()
         self.weights = {**DEFAULT_WEIGHTS, **(weights or {})}
@@ -215,7 +233,7 @@ class OCamlScorer:
         self.compile_seconds = compile_seconds
         self.base_limits = limits or Limits()
         self.sandbox = Sandbox(self.base_limits, isolation=isolation)
-        self.workers = workers or os.cpu_count() or 1
+        self.workers = int(workers) if workers else default_workers(slots)  # 0 = this trial's share of the CPUs
 
     def score(
         self,
@@ -322,9 +340,10 @@ def ocaml_syntax_aware(
     max_completion_length: Optional[int] = None,
     output_dir: Optional[str] = None,
     max_steps: Optional[int] = None,
+    slots: int = 1,
 ):
-    """Factory of the TRL reward function (``max_completion_length``, ``output_dir`` and ``max_steps`` are
-    filled in by the trial)."""
+    """Factory of the TRL reward function (``max_completion_length``, ``output_dir``, ``max_steps`` and ``slots``
+    are filled in by the trial)."""
     scorer = OCamlScorer(
         weights=weights,
         end_marker=end_marker,
@@ -333,6 +352,7 @@ def ocaml_syntax_aware(
         test_timeout=test_timeout,
         workers=workers,
         isolation=isolation,
+        slots=slots,
     )
     curriculum = [dict(p) for p in (curriculum or [])]
     validate_curriculum(curriculum)

@@ -48,10 +48,15 @@ class MetricsRecorder(TrainerCallback):
     history in memory for the objective.
 
     Metrics that are zero by construction (``clip_ratio/*`` of on-policy GRPO, :func:`unclipped_by_construction`)
-    stay in ``metrics.jsonl`` but are not sent to MLflow, where they were the first five (flat) charts of a run."""
+    stay in ``metrics.jsonl`` but are not sent to MLflow, where they were the first five (flat) charts of a run.
 
-    def __init__(self, trial_dir: Path, run: Optional["TrialRun"] = None):
-        self.file = trial_record.MetricsFile(trial_dir)
+    In a distributed trial (``accelerate launch``) TRL and sweeprl's PPO log metrics already gathered over all
+    processes, and only the main process (``state.is_world_process_zero``) records them: one record per step."""
+
+    def __init__(self, trial_dir: Path, run: Optional["TrialRun"] = None, write: bool = True):
+        # write=False: a process other than the main one of a distributed trial, which must not truncate the file
+        # the main one appends to (its on_log records nothing either: ``state.is_world_process_zero``)
+        self.file = trial_record.MetricsFile(trial_dir) if write else None
         self.run = run
         self.history: List[Dict[str, float]] = []
         self.summary: Dict[str, float] = {}
@@ -61,7 +66,7 @@ class MetricsRecorder(TrainerCallback):
         self.withheld = (CLIP_RATIO,) if unclipped_by_construction(args) else ()
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        if not state.is_world_process_zero or not logs:
+        if not state.is_world_process_zero or not logs or self.file is None:
             return
         values = numeric_items(logs)
         if any(k in values for k in SUMMARY_KEYS):

@@ -801,6 +801,16 @@ class PPOTrainer:
         self.control = self.callback_handler.on_train_end(self.args, self.state, self.control)
         return summary
 
+    def save_model(self, output_dir: str) -> None:
+        """Save the trained policy like ``transformers.Trainer.save_model``: ``save_pretrained`` of the causal LM
+        (only the adapter with LoRA) plus the tokenizer. The value head / critic is not saved (not part of the LM)."""
+        self.accelerator.wait_for_everyone()
+        if self.accelerator.is_main_process:
+            policy = self.accelerator.unwrap_model(self.model).policy
+            policy.save_pretrained(output_dir)
+            self.processing_class.save_pretrained(output_dir)
+        self.accelerator.wait_for_everyone()
+
 
 def _nanmean(x: Tensor) -> float:
     """Mean of the non-NaN entries (NaN when there are none)."""

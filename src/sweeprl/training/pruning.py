@@ -7,6 +7,11 @@ reports the running objective every ``pruning.report_every`` updates and stops c
 red flags with configurable patience: non-finite loss or reward, KL above k x target, sustained mode collapse,
 entropy collapse. A stopped trial keeps its partial metrics (``metrics.jsonl``, MLflow), records
 ``prune_reason`` and ends as PRUNED in the study.
+
+A distributed trial (``accelerate launch``: N processes) stops on every process at the same step: the callback
+runs on each process at the same logging steps (transformers and sweeprl's PPO call ``on_log`` everywhere), only
+the main process reports to the pruner, and its decision (its guards' or the pruner's) is broadcast to the others
+(:func:`agreed`) before anyone sets ``should_training_stop``.
 """
 
 from __future__ import annotations
@@ -84,6 +89,18 @@ class Guards:
         return None
 
 
+def agreed(reason: Optional[str]) -> Optional[str]:
+    """The main process's stop decision, on every process of a distributed trial (a collective: all processes call
+    it at the same logging steps); ``reason`` itself in a single process."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
+        return reason
+    box = [reason]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
 def load_trial(storage: str, study_name: str, number: int, pruner: Any = None):
     """The live Optuna trial ``number`` of the study (the trial process's end of the channel)."""
     from hydra_plugins.sweeprl_sweeper.storage import load_live_trial, make_storage
@@ -153,9 +170,12 @@ class PruningCallback(TrainerCallback):
                 self.trial.report(value, step)
                 if self.trial.should_prune():
                     reason = f"pruner: running objective {value:.4g} at step {step} is worse than the pruner's cut"
+        reason = agreed(reason)
         if reason:
             self.reason, self.stopped_at = reason, step
             control.should_training_stop = True
+            if not getattr(state, "is_world_process_zero", True):
+                return
             # a sweep's trial: the sweeper logs the same reason on the trial's PRUNED line
             in_sweep = self.cfg.sweeprl.trial_number is not None
             level = logging.DEBUG if in_sweep and not verbose() else logging.WARNING

@@ -4,6 +4,8 @@ The mapping is not a hand-written list: every field of the algorithm's schema (:
 and of ``generation`` goes to the TRL config field of the same name, found in ``dataclasses.fields`` of TRL's
 config class. A schema field that TRL's config no longer has is an error here, naming the field and the TRL
 version — never a silently dropped setting. Fields marked ``trl=False`` (``name``, ``extra``) are sweeprl's own.
+A null value means TRL's default and is not passed (the ``generation.vllm_*`` fields: TRL's defaults are not
+copied, and RLOO's config lacks some of GRPO's).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any, Dict, List, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
+from sweeprl.config import vllm
 from sweeprl.config.algos import ALGOS
 from sweeprl.config.schema import GenerationConfig
 from sweeprl.config.validate import ConfigValidationError
@@ -21,6 +24,10 @@ from sweeprl.models.loading import DeviceSettings
 
 #: TRL settings sweeprl fixes for a trial; ``algo.extra`` may override them (e.g. +algo.extra.log_completions=true).
 DEFAULTS: Dict[str, Any] = {"report_to": "none", "save_strategy": "no", "log_completions": False}
+#: schema fields under transformers' current name whose older name a supported release still uses: the GPU set
+#: (constraints-gpu.txt) has transformers 5.17, before ``gradient_checkpointing`` became ``activation_checkpointing``
+#: (the newer releases keep the old name as a deprecated alias). Used only when the config lacks the new name.
+OLDER_NAMES: Dict[str, str] = {"activation_checkpointing": "gradient_checkpointing"}
 
 
 def mapped_fields(cfg: DictConfig, config_cls: type) -> Dict[str, Any]:
@@ -35,10 +42,12 @@ def mapped_fields(cfg: DictConfig, config_cls: type) -> Dict[str, Any]:
     for group, group_schema in (("algo", schema), ("generation", GenerationConfig)):
         values = OmegaConf.to_container(cfg[group], resolve=True)
         for fld in dataclasses.fields(group_schema):
-            if not fld.metadata.get("trl", True):
-                continue
+            if not fld.metadata.get("trl", True) or values[fld.name] is None:
+                continue  # sweeprl's own field, or null = TRL's default
             if fld.name in names:
                 kwargs[fld.name] = values[fld.name]
+            elif OLDER_NAMES.get(fld.name) in names:
+                kwargs[OLDER_NAMES[fld.name]] = values[fld.name]
             else:
                 missing.append(f"{group}.{fld.name}")
     if missing:
@@ -138,6 +147,7 @@ def build_trl_trainer(
     peft_config: Any,
     callbacks: List[Any],
 ):
+    vllm.require(cfg)  # before the trainer loads the model: a missing vLLM fails now, naming the install
     config_cls, trainer_cls = trl_classes(str(cfg.algo.name))
     check_extra_fields(config_cls, dict(cfg.algo.extra))
     args = config_cls(**trainer_kwargs(cfg, config_cls, output_dir, device, model_init_kwargs, reward_weights))
@@ -155,4 +165,4 @@ def build_trl_trainer(
     )
 
 
-__all__ = ["DEFAULTS", "build_trl_trainer", "mapped_fields", "trainer_kwargs", "trl_classes"]
+__all__ = ["DEFAULTS", "OLDER_NAMES", "build_trl_trainer", "mapped_fields", "trainer_kwargs", "trl_classes"]

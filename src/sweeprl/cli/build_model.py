@@ -1,0 +1,61 @@
+"""``python -m sweeprl build-model``: build (and for tiny_ocaml pretrain) a local model into the model cache.
+
+    python -m sweeprl build-model tiny_ocaml
+    python -m sweeprl build-model tiny_ocaml model.cache_dir=/data/models model.pretrain.steps=800
+
+A model that trials build on first use anyway; building it first gives a sweep's trials a ready model (and
+the pretraining's progress lines on your terminal, not in a trial log). Prints the model's directory, which
+is where trials with the same settings will load it from. Only ``source: tiny`` models are built here; hub
+models are downloaded by transformers when a trial loads them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import time
+from typing import List
+
+from sweeprl.cli.console import help_text
+
+
+def parse_args(argv: List[str]) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(
+        prog="python -m sweeprl build-model",
+        description=help_text(__doc__),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ap.add_argument("model", help="a model config of conf/model/ with source: tiny (tiny, tiny_ocaml)")
+    ap.add_argument("overrides", nargs="*", help="Hydra overrides of the model group, e.g. model.cache_dir=DIR")
+    return ap.parse_args(argv)
+
+
+def main(argv: List[str]) -> int:
+    args = parse_args(argv)
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from sweeprl.config import CONFIG_DIR
+    from sweeprl.config.validate import ConfigValidationError, validate_once
+    from sweeprl.models.tiny import ensure_tiny_model
+
+    bad = [o for o in args.overrides if not o.lstrip("+~").startswith("model.")]
+    if bad:
+        raise SystemExit(f"build-model: only model.* overrides apply here, not {' '.join(bad)}")
+    try:
+        with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+            cfg = compose(config_name="config", overrides=[f"model={args.model}", *args.overrides])
+        validate_once(cfg)
+    except (HydraException, OmegaConfBaseException, ConfigValidationError) as exc:
+        raise SystemExit(f"build-model: {exc}") from None
+    if cfg.model.source != "tiny":
+        raise SystemExit(
+            f"build-model: model={args.model} has source={cfg.model.source}; only source: tiny models are built "
+            "locally (hub models are downloaded by transformers when a trial loads them)"
+        )
+    t0 = time.monotonic()
+    say = functools.partial(print, flush=True)  # progress lines reach a log file as they happen
+    path = ensure_tiny_model(dict(cfg.model.tiny), cfg.model.cache_dir, dict(cfg.model.pretrain), progress=say)
+    print(f"model={args.model}: {path}  ({time.monotonic() - t0:.0f}s)")
+    return 0

@@ -1,0 +1,266 @@
+"""``python -m sweeprl plan``: one trial's GPU memory and time, estimated before launch.
+
+    python -m sweeprl plan experiment=ocaml_grpo
+    python -m sweeprl plan --gpu 24GB --gpu h100 experiment=ocaml_grpo algo.activation_checkpointing=true
+    python -m sweeprl plan --gpu 80GB --gpus 8 --format json experiment=ocaml_grpo model=qwen2.5-coder-7b
+
+Composes the config with the overrides as a trial would, then prints the GiB one trial needs on each GPU, by
+component (weights, LoRA adapters, gradients, AdamW moments, reference model, vLLM, activations, LM head, KV
+cache), one verdict line per GPU (fits or not, 10 % of its memory left free; trials side by side), and the time
+per update, updates per hour and trials per hour at algo.max_steps. Exit code 0 when the trial fits the largest
+GPU given, 1 when it does not (with what to change). GPUs: 24GB (RTX 4090), a10, 80GB (A100 80GB SXM), h100
+(H100 80GB SXM); default 24GB and 80GB. Nothing is loaded and no GPU is needed: the numbers are estimates from
+the formulas of docs/gpu.md, not measurements.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any, Dict, List, Sequence, Tuple
+
+from sweeprl.cli.console import help_text, make_console
+from sweeprl.models import memory
+from sweeprl.models.memory import DevicePlan, GiB
+
+
+def parse_args(argv: List[str]) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(
+        prog="python -m sweeprl plan",
+        description=help_text(__doc__),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ap.add_argument("--gpu", action="append", default=[], help="GPU type (repeatable): 24GB, a10, 80GB, h100, ...")
+    ap.add_argument("--gpus", type=int, default=1, help="GPUs of each type (trials side by side and per hour scale)")
+    ap.add_argument("--format", choices=("table", "json"), default="table")
+    ap.add_argument("--mfu", type=float, default=memory.MFU, help="model FLOPs utilisation of training and prefill")
+    ap.add_argument("--mbu", type=float, default=memory.MBU, help="share of the HBM bandwidth a decode step reaches")
+    ap.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. experiment=ocaml_grpo lora=r16")
+    return ap.parse_args(argv)
+
+
+def compose(overrides: List[str]) -> Any:
+    """The trial's config, validated like a trial's (fails before any estimate on a misspelled key)."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from sweeprl.config import CONFIG_DIR
+    from sweeprl.config.validate import ConfigValidationError, validate_once
+
+    try:
+        with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+            cfg = hydra_compose(config_name="config", overrides=list(overrides))
+        validate_once(cfg)
+    except (HydraException, OmegaConfBaseException, ConfigValidationError) as exc:
+        raise SystemExit(f"plan: {exc}") from None
+    return cfg
+
+
+def with_values(cfg: Any, values: Dict[str, Any]) -> Any:
+    """A copy of ``cfg`` with dotted keys set: a what-if config."""
+    from omegaconf import OmegaConf
+
+    copy = OmegaConf.create(OmegaConf.to_container(cfg, resolve=False))
+    for key, value in values.items():
+        OmegaConf.update(copy, key, value, force_add=True)
+    return copy
+
+
+def changes(cfg: Any) -> List[Tuple[str, Dict[str, Any]]]:
+    """What lowers the peak, as (overrides to type, values to set): activation checkpointing, LoRA instead of full
+    fine-tuning, half the micro-batch (twice the accumulation: the same completions per update), half the
+    completion length."""
+    algo, out = cfg.algo, []
+    if "activation_checkpointing" in algo and not algo.activation_checkpointing:
+        out.append(("algo.activation_checkpointing=true", {"algo.activation_checkpointing": True}))
+    if not cfg.lora.enabled:
+        out.append(("lora=r16", {"lora.enabled": True, "lora.r": 16, "lora.alpha": 32}))
+    key = "mini_batch_size" if algo.name == "ppo" else "per_device_train_batch_size"
+    micro, accum = int(algo[key]), int(algo.gradient_accumulation_steps)
+    if micro % 2 == 0:
+        values = {f"algo.{key}": micro // 2, "algo.gradient_accumulation_steps": accum * 2}
+        out.append((" ".join(f"{k}={v}" for k, v in values.items()), values))
+    length = int(cfg.generation.max_completion_length)
+    if length >= 64:
+        out.append(
+            (f"generation.max_completion_length={length // 2}", {"generation.max_completion_length": length // 2})
+        )
+    return out
+
+
+def suggestions(cfg: Any, devices: Sequence[memory.Device]) -> List[Dict[str, Any]]:
+    """Each change alone, then all of them together when no single one fits: its peak and the GPUs it fits."""
+    found, merged = [], {}
+    candidates = changes(cfg)
+    for text, values in candidates:
+        merged.update(values)
+        found.append(_what_if(cfg, text, values, devices))
+    if candidates and not any(s["fits"] for s in found):
+        found.append(_what_if(cfg, " ".join(text for text, _ in candidates), merged, devices))
+    return found
+
+
+def _what_if(cfg: Any, text: str, values: Dict[str, Any], devices: Sequence[memory.Device]) -> Dict[str, Any]:
+    plans = memory.plan(with_values(cfg, values), devices)
+    peak = max(plans, key=lambda p: p.usable).peak  # on the largest GPU (vLLM's share depends on the GPU)
+    return {"overrides": text, "peak_gib": peak / GiB, "fits": [p.device.key for p in plans if p.fits]}
+
+
+def summary(cfg: Any) -> Dict[str, Any]:
+    """The facts a reader of a plan needs first: the model, its size, what trains, the micro-batch, settings."""
+    arch = memory.architecture(cfg.model)
+    w = memory.workload(cfg, arch)
+    return {
+        "model": arch.name,
+        "params": arch.params(),
+        "trainable": w.adapter_params or arch.params(),
+        "lora_r": w.step.lora_r,
+        "algo": w.algo,
+        "micro_batch": w.step.batch,
+        "prompt_tokens": w.prompt_len,
+        "completion_tokens": w.completion_len,
+        "activation_checkpointing": w.step.checkpointing,
+        "attention": w.step.attn,
+        "generation": {"colocate": "vLLM colocated", "server": "vLLM server"}.get(w.vllm, "transformers generate"),
+        "reference_model": "separate copy" if w.reference else "none",
+        "max_steps": w.max_steps,
+        "notes": list(w.notes),
+    }
+
+
+def as_dict(p: DevicePlan) -> Dict[str, Any]:
+    """A device's estimate as JSON-ready data (bytes and GiB, seconds, rates)."""
+    return {
+        "device": p.device.key,
+        "label": p.device.label,
+        "gpus": p.gpus,
+        "components": [{"name": c.name, "phase": c.phase, "bytes": c.bytes, "gib": c.bytes / GiB} for c in p.parts],
+        "peak_gib": p.peak / GiB,
+        "usable_gib": p.usable / GiB,
+        "fits": p.fits,
+        "trials_side_by_side": p.per_gpu * p.gpus,
+        "seconds_per_update": p.time.total,
+        "seconds": {"generation": p.time.generation, "training": p.time.training, "other_forwards": p.time.forwards},
+        "updates_per_hour": 3600 / p.time.total,
+        "trials_per_hour": p.trials_per_hour,
+    }
+
+
+def count(n: int) -> str:
+    """1.54B, 36.9M, 330K."""
+    return f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.1f}M" if n >= 1e6 else f"{n / 1e3:.0f}K"
+
+
+def headline(s: Dict[str, Any], overrides: List[str]) -> str:
+    trains = f"LoRA r{s['lora_r']} ({count(s['trainable'])} trainable)" if s["lora_r"] else "full fine-tuning"
+    return (
+        f"plan {' '.join(overrides) or '(defaults)'}: {s['model']}, {count(s['params'])} params, {trains}; "
+        f"{s['algo']}, micro-batch {s['micro_batch']} x ({s['prompt_tokens']} + {s['completion_tokens']}) tokens; "
+        f"activation checkpointing {'on' if s['activation_checkpointing'] else 'off'}; attention {s['attention']}; "
+        f"{s['generation']}; reference model: {s['reference_model']}."
+    )
+
+
+def _gib(n: float) -> str:
+    return f"{n / GiB:.2f}" if n else "-"
+
+
+def table(plans: Sequence[DevicePlan], max_steps: int) -> Any:
+    """Components (GiB per trial) and the time rows, one column per GPU type."""
+    from rich import box
+    from rich.table import Table
+
+    t = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+    t.add_column("GiB per trial", no_wrap=True)
+    t.add_column("when", no_wrap=True)
+    for p in plans:
+        t.add_column(p.device.key + (f" x{p.gpus}" if p.gpus > 1 else ""), justify="right", no_wrap=True)
+    for i, c in enumerate(plans[0].parts):
+        last = i == len(plans[0].parts) - 1
+        t.add_row(c.name, c.phase, *[_gib(p.parts[i].bytes) for p in plans], end_section=last)
+    rows = [
+        ("peak", "", [_gib(p.peak) for p in plans]),
+        (f"usable ({1 - memory.HEADROOM:.0%} of the GPU)", "", [_gib(p.usable) for p in plans]),
+        ("fits", "", ["yes" if p.fits else "NO" for p in plans]),
+        ("trials side by side", "", [str(p.per_gpu * p.gpus) for p in plans]),
+        ("s / update", "", [f"{p.time.total:.1f}" for p in plans]),
+        ("  generation", "", [f"{p.time.generation:.1f}" for p in plans]),
+        ("  training", "", [f"{p.time.training:.1f}" for p in plans]),
+        ("  other forwards", "", [f"{p.time.forwards:.1f}" for p in plans]),
+        ("updates / hour", "", [f"{3600 / p.time.total:.0f}" for p in plans]),
+        (f"trials / hour ({max_steps} steps)", "", [f"{p.trials_per_hour:.2f}" for p in plans]),
+    ]
+    for n, (name, when, cells) in enumerate(rows):
+        t.add_row(name, when, *cells, end_section=n == 3)
+    return t
+
+
+def verdict(p: DevicePlan) -> str:
+    name = f"{p.device.key} ({p.device.label}{f' x{p.gpus}' if p.gpus > 1 else ''})"
+    if not p.fits:
+        big = max(p.parts, key=lambda c: c.bytes)
+        usage = f"{p.peak / GiB:.1f} GiB > {p.usable / GiB:.1f} usable"
+        return f"{name}: does NOT fit, {usage}; {big.name} {big.bytes / GiB:.1f} GiB"
+    usage = f"{p.peak / GiB:.1f} of {p.usable / GiB:.1f} GiB"
+    return f"{name}: fits, {usage}; {p.per_gpu * p.gpus} side by side, ~{p.time.total:.0f} s/update"
+
+
+def refusal(plans: Sequence[DevicePlan], found: List[Dict[str, Any]]) -> List[str]:
+    largest = max(plans, key=lambda p: p.usable)
+    big = max(largest.parts, key=lambda c: c.bytes)
+    lines = [
+        f"plan: this trial does not fit {largest.device.key} ({largest.peak / GiB:.1f} GiB > "
+        f"{largest.usable / GiB:.1f} GiB usable); the biggest part is {big.name} ({big.bytes / GiB:.1f} GiB). "
+        "What to change (estimated peak, the GPUs it fits):"
+    ]
+    for s in found:
+        lines += [f"  {s['overrides']}", f"      {s['peak_gib']:.1f} GiB, fits: {', '.join(s['fits']) or 'none'}"]
+    return lines
+
+
+def emit(console: Any, renderable: Any) -> None:
+    """As rich draws it in a terminal; elsewhere without the trailing spaces rich pads table lines with."""
+    if console.is_terminal:
+        console.print(renderable)
+        return
+    with console.capture() as captured:
+        console.print(renderable)
+    print("\n".join(line.rstrip() for line in captured.get().splitlines()))
+
+
+def main(argv: List[str]) -> int:
+    args = parse_args(argv)
+    try:
+        devices = [memory.device(name) for name in args.gpu or ["24GB", "80GB"]]
+    except ValueError as exc:
+        raise SystemExit(f"plan: {exc}") from None
+    if args.gpus < 1:
+        raise SystemExit("plan: --gpus must be >= 1")
+    cfg = compose(args.overrides)
+    plans = memory.plan(cfg, devices, args.gpus, args.mfu, args.mbu)
+    fits = max(plans, key=lambda p: p.usable).fits
+    found = [] if fits else suggestions(cfg, devices)
+    assumptions = (
+        f"Estimates, not measurements (docs/gpu.md): MFU {args.mfu:.0%} of dense bf16 peak; decoding at "
+        f"{args.mbu:.0%} of HBM bandwidth, transformers generate >= {memory.EAGER_DECODE_S_PER_LAYER * 1e3:.2f} ms "
+        f"per layer and token; {memory.HEADROOM:.0%} of each GPU kept free."
+    )
+    if args.format == "json":
+        out = {"summary": summary(cfg), "devices": [as_dict(p) for p in plans], "fits_largest": fits}
+        print(json.dumps({**out, "suggestions": found, "assumptions": assumptions}, indent=2))
+        return 0 if fits else 1
+    console = make_console()
+    s = summary(cfg)
+    emit(console, headline(s, args.overrides))
+    for note in s["notes"]:
+        emit(console, f"note: {note}")
+    emit(console, table(plans, s["max_steps"]))
+    for p in plans:
+        emit(console, verdict(p))
+    if not fits:
+        for line in refusal(plans, found):
+            emit(console, line)
+    emit(console, assumptions)
+    return 0 if fits else 1
