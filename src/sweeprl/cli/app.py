@@ -122,6 +122,10 @@ def _preflight(cfg: DictConfig, args: List[str]) -> Tuple[Optional[str], List[st
     problem, args, warnings = preflight(cfg, args)
     for warning in warnings:
         print(f"sweeprl: {warning}", file=sys.stderr)
+    if not problem:
+        from sweeprl.cli.fit_check import fit_problem
+
+        problem = fit_problem(cfg)  # GPUs present: would one trial fit? (nothing checked on a CPU machine)
     if problem:
         print(f"sweeprl: cannot run here: {problem}", file=sys.stderr)
     return problem, args

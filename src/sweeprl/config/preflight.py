@@ -98,7 +98,7 @@ def tracking_problem(uri: str) -> Optional[str]:
 
 def preflight(cfg: DictConfig, args: List[str]) -> Tuple[Optional[str], List[str], List[str]]:
     """(problem, args, warnings): a message that stops the run, or the (possibly extended) command line."""
-    from sweeprl.config import vllm
+    import sweeprl.config.vllm as vllm
 
     problem, warnings = vllm.availability(cfg)  # generation.use_vllm=true: vLLM must be installed here
     if problem:

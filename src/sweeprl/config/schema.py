@@ -233,6 +233,11 @@ class RuntimeConfig:
         "run (python -m sweeprl export takes them from there). With LoRA only the adapter (MBs); without it the "
         "full model, twice (dir + MLflow artifacts): about 2 x the weights' size per trial. false = keep nothing.",
     )
+    check_fit: bool = f(
+        True,
+        "With NVIDIA GPUs present, refuse a run or sweep whose trial would not fit the smallest visible GPU by "
+        "the estimate of `python -m sweeprl plan` (false: launch anyway).",
+    )
 
 
 @dataclass

@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterable, List, Optional, Set
 
 from omegaconf import DictConfig, OmegaConf
 
-from sweeprl.config import vllm
+import sweeprl.config.vllm as vllm
 from sweeprl.config.algos import ALGOS, Algo
 from sweeprl.config.algos.trl_base import SET_FROM_OTHER_KEYS
 from sweeprl.config.fields import Rule, field_rules

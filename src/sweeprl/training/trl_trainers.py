@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
-from sweeprl.config import vllm
+import sweeprl.config.vllm as vllm
 from sweeprl.config.algos import ALGOS
 from sweeprl.config.schema import GenerationConfig
 from sweeprl.config.validate import ConfigValidationError
