@@ -155,14 +155,16 @@ def help_text(doc: Optional[str]) -> str:
     return (doc or "").replace("``", "")
 
 
-def print_block(renderable: RenderableType) -> None:
+def print_block(renderable: RenderableType, target: Optional[Console] = None) -> None:
     """A table (or any block) as a person reads it: in a terminal as rich draws it; in a log or pipe without the
-    spaces rich pads every line with up to the table's width."""
-    if console.is_terminal:
-        console.print(renderable)
+    spaces rich pads every line with up to the table's width. ``target``: a console made after start-up (one
+    that reads ``COLUMNS`` now), else the module's."""
+    out = target or console
+    if out.is_terminal:
+        out.print(renderable)
         return
-    with console.capture() as captured:
-        console.print(renderable)
+    with out.capture() as captured:
+        out.print(renderable)
     print("\n".join(line.rstrip() for line in captured.get().splitlines()))
 
 

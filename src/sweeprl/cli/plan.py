@@ -19,7 +19,7 @@ import argparse
 import json
 from typing import Any, Dict, List, Sequence, Tuple
 
-from sweeprl.cli.console import help_text, make_console
+from sweeprl.cli.console import help_text, make_console, print_block
 from sweeprl.models import memory
 from sweeprl.models.memory import DevicePlan, GiB
 
@@ -220,16 +220,6 @@ def refusal(plans: Sequence[DevicePlan], found: List[Dict[str, Any]]) -> List[st
     return lines
 
 
-def emit(console: Any, renderable: Any) -> None:
-    """As rich draws it in a terminal; elsewhere without the trailing spaces rich pads table lines with."""
-    if console.is_terminal:
-        console.print(renderable)
-        return
-    with console.capture() as captured:
-        console.print(renderable)
-    print("\n".join(line.rstrip() for line in captured.get().splitlines()))
-
-
 def main(argv: List[str]) -> int:
     args = parse_args(argv)
     try:
@@ -253,14 +243,14 @@ def main(argv: List[str]) -> int:
         return 0 if fits else 1
     console = make_console()
     s = summary(cfg)
-    emit(console, headline(s, args.overrides))
+    print_block(headline(s, args.overrides), console)
     for note in s["notes"]:
-        emit(console, f"note: {note}")
-    emit(console, table(plans, s["max_steps"]))
+        print_block(f"note: {note}", console)
+    print_block(table(plans, s["max_steps"]), console)
     for p in plans:
-        emit(console, verdict(p))
+        print_block(verdict(p), console)
     if not fits:
         for line in refusal(plans, found):
-            emit(console, line)
-    emit(console, assumptions)
+            print_block(line, console)
+    print_block(assumptions, console)
     return 0 if fits else 1
