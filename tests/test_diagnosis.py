@@ -461,3 +461,57 @@ def test_every_finding_has_a_priority_and_the_cause_comes_first():
     ids = diagnose(run).ids()
     # a collapsed policy explains the groups that score alike and comes before the truncated completions
     assert ids.index("entropy_collapse") < ids.index("mode_collapse") < ids.index("truncation_high")
+
+
+def broken_from_the_start(n=N, start=0.35):
+    """A learning rate far too high: the first updates break the policy (entropy spikes, then collapses), the
+    reward falls from where the untrained model was and never comes back, completions run to the limit."""
+    t = np.arange(n, dtype=float)
+    cols = {
+        "reward": np.where(t < 2, start, 0.02) + np.random.default_rng(11).normal(0, 0.01, n),
+        "entropy": np.where(t < 1, 2.0, np.where(t < 3, 6.0, 0.05)),
+        "completions/clipped_ratio": np.where(t < 2, 0.2, 1.0),
+    }
+    if n == N:  # a full GRPO log
+        return healthy(kl=np.where(t < 1, 0.0, 3.0), **cols)
+    return RunHistory("short.jsonl", records(cols, n=n))  # a short log with only these columns
+
+
+@pytest.mark.parametrize("n", [N, 8])
+def test_a_run_broken_by_its_first_updates_is_told_to_lower_the_learning_rate_10x(n):
+    d = diagnose(broken_from_the_start(n))
+    assert {"reward_collapse", "entropy_collapse", "truncation_high"} <= set(d.ids())
+    collapse = next(f for f in d.findings if f.id == "reward_collapse")
+    assert "without rising first" in collapse.evidence and collapse.onset <= 4
+    assert changes(d, "reward_collapse")["learning_rate"]["factor"] == 0.1
+    assert changes(d, "entropy_collapse")["learning_rate"]["factor"] == 0.1
+    assert "symptom" in next(f for f in d.findings if f.id == "truncation_high").cause
+    assert not [c for c in d.changes() if c["param"] == "max_completion_length"]  # no longer runaway text
+    assert {c["direction"] for c in d.changes() if c["param"] == "learning_rate"} == {"decrease"}
+
+
+def test_a_flat_reward_while_the_policy_moves_is_not_told_to_raise_the_learning_rate():
+    """Reward stuck near 0 (a [0, 1] reward: 0.04 -> 0 is flat), entropy 0.25 -> 1.6 -> 0.004 (the OCaml 100x
+    learning-rate run's shape), against the same reward with the entropy steady (learning rate too low)."""
+    t = np.arange(30, dtype=float)
+    reward = np.where(t < 1, 0.04, 0.0)
+    moved = RunHistory(
+        "moved", records({"reward": reward, "entropy": np.where(t < 1, 0.25, np.where(t < 3, 1.6, 0.004))}, n=30)
+    )
+    still = RunHistory("still", records({"reward": reward, "entropy": 0.25 + 0.01 * np.sin(t)}, n=30))
+    flat_moved = next(f for f in diagnose(moved).findings if f.id == "reward_flat")
+    assert "while the policy moved (entropy" in flat_moved.evidence
+    assert not [c for c in flat_moved.recommendation["changes"] if c["param"] == "learning_rate"]
+    assert {c["direction"] for c in diagnose(moved).changes() if c["param"] == "learning_rate"} == {"decrease"}
+    assert changes(diagnose(still), "reward_flat")["learning_rate"]["direction"] == "increase"
+
+
+def test_a_collapse_after_learning_still_halves_the_learning_rate_and_ppo_names_work_too():
+    assert changes(diagnose(CASES["entropy_collapse"]()), "entropy_collapse")["learning_rate"]["factor"] == 0.5
+    assert changes(diagnose(peak_then_collapse()), "reward_collapse")["learning_rate"]["factor"] == 0.3
+    broken = ppo(**{"objective/scores": np.where(T < 2, 0.5, 0.05), "objective/entropy": np.where(T < 2, 30.0, 0.5)})
+    d = diagnose(broken)
+    assert changes(d, "reward_collapse")["learning_rate"]["factor"] == 0.1
+    assert changes(d, "entropy_collapse")["learning_rate"]["factor"] == 0.1
+    truncated_from_the_start = healthy(**{"completions/clipped_ratio": np.full(N, 0.6)})  # entropy steady: a budget
+    assert changes(diagnose(truncated_from_the_start), "truncation_high")["max_completion_length"]["factor"] == 2.0

@@ -9,6 +9,7 @@ import pytest
 from conftest import compose_cfg
 
 QUICK = ["model.pretrain.steps=4", "model.pretrain.batch_size=2", "model.pretrain.context=96"]
+QUICK += ["model.pretrain.variants=1", "model.pretrain.synthetic=8"]  # both are tested in test_ocaml_variants
 
 
 def test_corpus_is_the_installed_stdlib_and_the_solved_problems_minus_the_held_out_ones():

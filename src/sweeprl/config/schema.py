@@ -51,6 +51,16 @@ class PretrainSpec:
     context: int = f(1024, "Bytes per pretraining sequence (at most max_position_embeddings - 1).")
     learning_rate: float = f(3.0e-3, "Peak learning rate of pretraining (AdamW, warmup then cosine to 10%).")
     solutions_fraction: float = f(0.8, "Share of sequences that are a problem prompt + its reference solution.")
+    variants: int = f(
+        24,
+        "Renamed copies of each solved problem (its names and the prompt's replaced consistently, each copy "
+        "type-checked by ocamlc), so the model learns to take names from the prompt instead of memorising them.",
+    )
+    synthetic: int = f(
+        3000,
+        "Generated exercises in the problems' format (sweeprl.models.ocaml_synthetic; each type-checked by "
+        "ocamlc), so the model learns what a prompt it has not seen asks for.",
+    )
     held_out_fraction: float = f(
         0.25, "Problems whose id hash falls below this are never shown (includes every validation problem)."
     )

@@ -70,6 +70,8 @@ COMMON_RULES: List[Rule] = [
     Rule("model.pretrain.context", _at_least(16), "an int >= 16"),
     Rule("model.pretrain.learning_rate", _positive, "a float > 0"),
     Rule("model.pretrain.solutions_fraction", lambda v: 0 <= v <= 1, "a float in [0, 1]"),
+    Rule("model.pretrain.variants", _at_least(0), "an int >= 0"),
+    Rule("model.pretrain.synthetic", _at_least(0), "an int >= 0"),
     Rule("model.pretrain.held_out_fraction", lambda v: 0 <= v < 1, "a float in [0, 1)"),
     Rule("lora.r", _at_least(1), "an int >= 1"),
     Rule("lora.alpha", _positive, "a number > 0"),

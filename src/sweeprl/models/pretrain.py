@@ -7,12 +7,19 @@ on real OCaml:
 - the OCaml standard library's ``.ml`` sources that ship with the compiler (``ocamlc -where``; Debian's
   ``ocaml`` package, pulled in by ``ocaml-nox``: ~60 files, ~19k lines), as random windows of ``context``
   bytes;
-- the shipped problems (``sweeprl/resources/ocaml_problems.jsonl``) as prompt + reference solution + end
-  marker, in exactly the prompt format ``data=ocaml_problems`` gives a tokenizer without a chat template — a
-  ``solutions_fraction`` share of each batch. Problems whose id hash falls below ``held_out_fraction``
-  (:func:`sweeprl.data.registry.in_validation`, the hash the data split uses) are never shown: with the
-  default 0.25 they include every validation problem of ``data.validation_fraction`` = 0.1, and 0.1–0.25 are
-  training problems of GRPO that the model has not seen solved.
+- problem documents — prompt + solution + end marker, in exactly the prompt format ``data=ocaml_problems``
+  gives a tokenizer without a chat template — packed into a ``solutions_fraction`` share of each batch:
+  the shipped problems (``sweeprl/resources/ocaml_problems.jsonl``) with their reference solutions,
+  ``variants`` renamed copies of each (:mod:`sweeprl.models.ocaml_variants`) and ``synthetic`` generated
+  exercises (:mod:`sweeprl.models.ocaml_synthetic`). Problems whose id hash falls below ``held_out_fraction``
+  (:func:`sweeprl.data.registry.in_validation`, the hash the data split uses) are never shown, nor copies of
+  them: with the default 0.25 they include every validation problem of ``data.validation_fraction`` = 0.1,
+  and 0.1–0.25 are training problems of GRPO that the model has not seen solved.
+
+What each part buys, measured on the 6 held-out easy problems (8 samples each, T = 1.0; share of completions
+that type-check fully): the shipped solutions alone 0 % (600 steps, and still 0 % after 1800: it recites the
+problems it saw); with renamed copies 0 %; with renamed copies of the top-level names only, generated
+exercises and packed rows 4 % after 600 steps and 44 % after 1500 (the default; loss 0.19 nats/byte).
 
 Why a plain PyTorch loop and not ``transformers.Trainer``: this is a few hundred steps of next-byte prediction
 on a ~2M-parameter model; the Trainer would add its start-up, logging and checkpoint machinery (seconds each on
@@ -35,6 +42,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional
 
 log = logging.getLogger("sweeprl.progress")  # shown on a quiet sweep console, like training progress
+GENERATED_VERSION = "renamed-v1 synthetic-v1"  # bump when ocaml_variants/ocaml_synthetic change what they write
 
 
 def ocaml_stdlib_dir() -> Path:
@@ -64,17 +72,36 @@ def held_out(problem_id: str, fraction: float) -> bool:
     return in_validation(problem_id, fraction)
 
 
-def solution_documents(held_out_fraction: float) -> List[str]:
-    """Prompt + reference solution + end marker of every shipped problem that is not held out."""
-    from sweeprl.data.ocaml import DEFAULTS, format_prompt, shipped_problems
+def solved_problems(held_out_fraction: float) -> List[Dict[str, Any]]:
+    """The shipped problems with a reference solution that are not held out."""
+    from sweeprl.data.ocaml import shipped_problems
 
-    docs = []
-    for p in shipped_problems():
-        if held_out(p["id"], held_out_fraction) or not p.get("reference_solution"):
-            continue
-        answer = p["reference_solution"].rstrip("\n")
-        docs.append(f"{format_prompt(p['prompt'], DEFAULTS, None)}{answer}\n{DEFAULTS['end_marker']}\n")
-    return docs
+    return [p for p in shipped_problems() if p.get("reference_solution") and not held_out(p["id"], held_out_fraction)]
+
+
+def solution_document(prompt: str, solution: str) -> str:
+    """A problem as the model meets it in training: the prompt exactly as ``data=ocaml_problems`` writes it for
+    a tokenizer without a chat template, then the answer and the end marker."""
+    from sweeprl.data.ocaml import DEFAULTS, format_prompt
+
+    return f"{format_prompt(prompt, DEFAULTS, None)}{solution.rstrip(chr(10))}\n{DEFAULTS['end_marker']}\n"
+
+
+def solution_documents(held_out_fraction: float, variants: int = 0, synthetic: int = 0, seed: int = 0) -> List[str]:
+    """Prompt + reference solution + end marker of every shipped problem that is not held out, then up to
+    ``variants`` renamed copies of each (:mod:`sweeprl.models.ocaml_variants`) and up to ``synthetic``
+    generated exercises (:mod:`sweeprl.models.ocaml_synthetic`), all type-checked with ``ocamlc``."""
+    problems = solved_problems(held_out_fraction)
+    pairs = [(p["prompt"], p["reference_solution"]) for p in problems]
+    if variants > 0:
+        from sweeprl.models.ocaml_variants import variants as renamed
+
+        pairs += renamed(problems, variants, seed)
+    if synthetic > 0:
+        from sweeprl.models.ocaml_synthetic import exercises
+
+        pairs += exercises(synthetic, seed)
+    return [solution_document(prompt, solution) for prompt, solution in pairs]
 
 
 def corpus_fingerprint(pretrain: Mapping[str, Any]) -> str:
@@ -83,20 +110,27 @@ def corpus_fingerprint(pretrain: Mapping[str, Any]) -> str:
     if pretrain.get("corpus", "none") == "none":
         return ""
     h = hashlib.sha256(stdlib_sources().encode())
+    h.update(GENERATED_VERSION.encode())  # renamed copies and exercises follow from these inputs and that code
     for doc in solution_documents(float(pretrain["held_out_fraction"])):
         h.update(doc.encode())
     return h.hexdigest()[:12]
 
 
 class Batches:
-    """Seeded batches of ``context + 1`` token ids: library windows, or a solution document padded with EOS
-    (its first EOS is a target, the rest are not: label -100)."""
+    """Seeded batches of ``context + 1`` token ids: a library window, or solution documents packed one after
+    another (each ends with EOS; the last one is cut at the row's end) — no padding, so no step is spent on
+    it."""
 
     def __init__(self, tokenizer: Any, pretrain: Mapping[str, Any], context: int):
         self.eos = tokenizer.eos_token_id
         self.context = context
         self.library = tokenizer(stdlib_sources(), add_special_tokens=False)["input_ids"]
-        docs = solution_documents(float(pretrain["held_out_fraction"]))
+        docs = solution_documents(
+            float(pretrain["held_out_fraction"]),
+            int(pretrain.get("variants", 0)),
+            int(pretrain.get("synthetic", 0)),
+            int(pretrain["seed"]),
+        )
         self.docs = [tokenizer(d, add_special_tokens=False)["input_ids"][:context] + [self.eos] for d in docs]
         self.fraction = float(pretrain["solutions_fraction"])
         self.rng = random.Random(int(pretrain["seed"]))
@@ -107,10 +141,11 @@ class Batches:
         rows, labels = [], []
         for _ in range(size):
             if self.docs and self.rng.random() < self.fraction:
-                doc = self.rng.choice(self.docs)
-                pad = self.context + 1 - len(doc)
-                rows.append(doc + [self.eos] * pad)
-                labels.append(doc + [-100] * pad)
+                row: List[int] = []
+                while len(row) < self.context + 1:  # packed: whole documents, each ended by EOS
+                    row += self.rng.choice(self.docs)
+                rows.append(row[: self.context + 1])
+                labels.append(row[: self.context + 1])
             else:
                 start = self.rng.randrange(len(self.library) - self.context - 1)
                 window = self.library[start : start + self.context + 1]
@@ -137,7 +172,8 @@ def pretrain_model(
     )
     say(
         f"pretraining the tiny model on OCaml: {steps} steps of {size} x {context} bytes "
-        f"({len(batches.library) // 1000}k bytes of standard library, {len(batches.docs)} solved problems)"
+        f"({len(batches.library) // 1000}k bytes of standard library; {len(batches.docs)} problem documents: solved "
+        "problems, renamed copies, generated exercises)"
     )
     model.train()
     t0, losses, every = time.monotonic(), [], max(1, steps // 10)

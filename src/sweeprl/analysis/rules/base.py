@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -10,6 +11,7 @@ import numpy as np
 from sweeprl.analysis import keys
 from sweeprl.analysis.advice import Advice, as_dicts
 from sweeprl.analysis.curves import Curve, curve, mann_kendall
+from sweeprl.formatting import num
 
 SHORT = 12  # histories with fewer logged points than this are "short": person-sized evidence
 
@@ -145,6 +147,33 @@ def shape(v: View) -> Dict[str, float]:
         "gain": peak - start,
         "scale": scale,
     }
+
+
+def policy_moved(v: View) -> Optional[str]:
+    """Evidence, as text, that the policy changed a lot: its entropy fell or rose past the entropy thresholds
+    between the early and late windows; None when it did not. A reward that stays flat while the policy moves
+    this much is not a learning rate too low."""
+    ent = v.c(keys.ENTROPY)
+    if ent.n < 3:
+        return None
+    start, end = float(ent.early(v.th.window).mean()), float(ent.late(v.th.window).mean())
+    if start <= 0 or -v.th.entropy_drop < end / start - 1 < v.th.entropy_rise:
+        return None
+    return f"entropy {num(start, 3)} -> {num(end, 3)}"
+
+
+def before_learning(v: View, onset: Optional[int]) -> bool:
+    """Whether a problem that began at step ``onset`` began early, before the reward had gained
+    ``flat_gain`` of its scale: the first updates broke the policy, so the learning rate is far too high, not
+    a little."""
+    r = v.reward
+    if onset is None or r.n < 3:
+        return False
+    # the early window, or the first 4 logged points on a short log (an onset needs 3 points in a row)
+    if int((r.steps <= onset).sum()) > max(4, math.ceil(v.th.window * r.n)):
+        return False
+    gained = float(r.values[r.steps <= onset].max() - r.values[0])
+    return gained < v.th.flat_gain * shape(v)["scale"]
 
 
 def trend_test(v: View, c: Curve) -> tuple[Optional[float], Optional[float]]:

@@ -8,7 +8,7 @@ import numpy as np
 
 from sweeprl.analysis import keys
 from sweeprl.analysis.curves import Curve
-from sweeprl.analysis.rules.base import Finding, View, first_sustained, flat_shape
+from sweeprl.analysis.rules.base import Finding, View, before_learning, first_sustained, flat_shape
 from sweeprl.formatting import num
 
 
@@ -29,19 +29,29 @@ def f_entropy_collapse(v: View) -> Optional[Finding]:
     if drop < v.th.entropy_drop:
         return None
     onset = first_sustained(ent.values < (1 - v.th.entropy_drop) * start, min(3, ent.n))
+    onset_step = int(ent.steps[onset]) if onset is not None else None
+    if before_learning(v, onset_step):
+        rec = v.rec(
+            f"Lower the learning rate 10x: the entropy collapsed by step {onset_step}, before the reward gained "
+            "anything, so the first updates were far too large, not a little; raise the KL coefficient too.",
+            v.change("learning_rate", "decrease", 0.1),
+            v.change("kl_coef", "increase", 2.0),
+        )
+    else:
+        rec = v.rec(
+            "Lower the learning rate and raise the KL coefficient (or the temperature).",
+            v.change("learning_rate", "decrease", 0.5),
+            v.change("kl_coef", "increase", 2.0),
+        )
     return Finding(
         "entropy_collapse",
         "critical" if drop > 0.9 else "warning",
         f"entropy fell {drop:.0%} (from {num(start, 3)} to {num(end, 3)})",
         [],
         "the policy became (nearly) deterministic: exploration stopped, later updates only sharpen what it has",
-        v.rec(
-            "Lower the learning rate and raise the KL coefficient (or the temperature).",
-            v.change("learning_rate", "decrease", 0.5),
-            v.change("kl_coef", "increase", 2.0),
-        ),
+        rec,
         confidence=v.confidence(drop, v.th.entropy_drop, 0.7),
-        onset=int(ent.steps[onset]) if onset is not None else None,
+        onset=onset_step,
     )
 
 

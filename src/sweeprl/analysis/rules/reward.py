@@ -9,8 +9,43 @@ import numpy as np
 
 from sweeprl.analysis import keys
 from sweeprl.analysis.curves import max_drawdown
-from sweeprl.analysis.rules.base import SHORT, Finding, View, first_sustained, flat_shape, shape, trend_test
+from sweeprl.analysis.rules.base import (
+    SHORT,
+    Finding,
+    View,
+    first_sustained,
+    flat_shape,
+    policy_moved,
+    shape,
+    trend_test,
+)
 from sweeprl.formatting import num
+
+
+def _fell_from_the_start(v: View, s: dict) -> Optional[Finding]:
+    """The reward never rose and ended far below where the untrained policy started: the first updates took
+    away what the model could already do."""
+    fall = s["start"] - s["late"]
+    if fall < v.th.flat_gain * s["scale"] or fall < v.th.collapse_drop * abs(s["start"]):
+        return None
+    r = v.reward
+    onset = first_sustained(r.values < s["start"] - 0.5 * fall, min(3, r.n))
+    return Finding(
+        "reward_collapse",
+        "critical",
+        f"reward fell from {num(s['start'], 3)} in the first stretch to {num(s['late'], 3)} without rising first "
+        f"({fall / max(abs(s['start']), 1e-12):.0%} of where it started)",
+        [],
+        "the first updates were far too large: they took away what the model could do before it learned anything",
+        v.rec(
+            "Lower the learning rate 10x (not a little: the run never had a good stretch) and raise the KL "
+            "coefficient to hold the policy near the reference.",
+            v.change("learning_rate", "decrease", 0.1),
+            v.change("kl_coef", "increase", 2.0),
+        ),
+        confidence=v.confidence(fall / max(abs(s["start"]), 1e-12), v.th.collapse_drop, 0.75),
+        onset=int(r.steps[onset]) if onset is not None else None,
+    )
 
 
 def f_reward_collapse(v: View) -> Optional[Finding]:
@@ -19,7 +54,9 @@ def f_reward_collapse(v: View) -> Optional[Finding]:
         return None
     s = shape(v)
     gain, drop = s["gain"], s["peak"] - s["late"]
-    if s["peak_index"] >= s["blocks"] - 1 or gain < v.th.flat_gain * s["scale"] or drop < v.th.collapse_drop * gain:
+    if gain < v.th.flat_gain * s["scale"]:
+        return _fell_from_the_start(v, s)
+    if s["peak_index"] >= s["blocks"] - 1 or drop < v.th.collapse_drop * gain:
         return None
     after = r.at_or_after(s["peak_step"])
     z, p = trend_test(v, after)
@@ -84,10 +121,29 @@ def f_reward_flat(v: View) -> Optional[Finding]:
         return None
     zero_std = v.c(keys.ZERO_STD)
     hot = zero_std.n and zero_std.late(v.th.window).mean() >= v.th.mode_collapse
+    evidence = (
+        f"reward {num(s['start'], 3)} in the first stretch, {num(s['late'], 3)} at the end ({v.reward.n} logged steps)"
+    )
+    moved = policy_moved(v)
+    if moved:  # the updates were not too small: the policy changed and the reward did not follow
+        return Finding(
+            "reward_flat",
+            "warning",
+            f"{evidence}, while the policy moved ({moved})",
+            [],
+            "the updates changed the policy but not toward more reward: they are too large for the signal (see the "
+            "entropy findings), or the reward gives the same score to every sample",
+            v.rec(
+                "Do not raise the learning rate: settle what moved the policy first"
+                + ("; samples score alike, so raise the temperature." if hot else "."),
+                v.change("temperature", "increase", 1.15) if hot else None,
+            ),
+            confidence=0.6 if v.short else 0.75,
+        )
     return Finding(
         "reward_flat",
         "warning",
-        f"reward {num(s['start'], 3)} in the first stretch, {num(s['late'], 3)} at the end ({v.reward.n} logged steps)",
+        evidence,
         [],
         "no learning signal is getting through: learning rate too low, KL too tight, or the reward gives the same "
         "score to every sample",
@@ -320,6 +376,22 @@ def f_truncation_high(v: View) -> Optional[Finding]:
     late = tr.late(v.th.window).mean()
     if late < v.th.truncation:
         return None
+    first, moved = float(tr.values[0]), policy_moved(v)
+    if moved and late - first >= v.th.truncation:  # runaway text of a degenerating policy, not a short budget
+        return Finding(
+            "truncation_high",
+            "warning",
+            f"{late:.0%} of completions hit the maximum length in the late window ({first:.0%} at step "
+            f"{int(tr.steps[0])}, before the updates), while the policy moved ({moved})",
+            [],
+            "completions began running to the limit as the policy changed: a symptom of that change, not a length "
+            "budget that is too small",
+            v.rec(
+                "Keep the length: settle the policy first (the entropy findings); longer completions would only "
+                "lengthen the runaway text."
+            ),
+            confidence=v.confidence(late, v.th.truncation, 0.6),
+        )
     return Finding(
         "truncation_high",
         "warning",
