@@ -515,3 +515,26 @@ def test_a_collapse_after_learning_still_halves_the_learning_rate_and_ppo_names_
     assert changes(d, "entropy_collapse")["learning_rate"]["factor"] == 0.1
     truncated_from_the_start = healthy(**{"completions/clipped_ratio": np.full(N, 0.6)})  # entropy steady: a budget
     assert changes(diagnose(truncated_from_the_start), "truncation_high")["max_completion_length"]["factor"] == 2.0
+
+
+def prompt_noise_run(kl_level, n=40, seed=5):
+    """A run whose reward and entropy move only with the prompts drawn (2 per step, from problems of different
+    difficulty), with the KL to the reference at ``kl_level``: a learning rate so low that nothing moves."""
+    g = np.random.default_rng(seed)
+    difficulty = g.uniform(0.0, 0.35, 12)  # each problem's reward level; entropy higher on the harder ones
+    drawn = g.integers(0, 12, (n, 2))
+    reward = difficulty[drawn].mean(axis=1) + g.normal(0, 0.02, n)
+    entropy = 0.3 - 0.5 * difficulty[drawn].mean(axis=1) + g.normal(0, 0.04, n)
+    cols = {"reward": reward, "entropy": entropy, "kl": np.full(n, kl_level) * g.uniform(0.2, 1.0, n)}
+    return RunHistory(f"noise-kl{kl_level}", records(cols, n=n), config=dict(CONFIG), algo="grpo")
+
+
+@pytest.mark.parametrize("seed", [5, 6, 7])
+def test_a_policy_that_never_left_the_reference_is_not_told_to_lower_the_learning_rate(seed):
+    still = diagnose(prompt_noise_run(5e-5, seed=seed))
+    assert not {"reward_dip", "reward_collapse", "entropy_unstable"} & set(still.ids()), still.ids()
+    assert "decrease" not in {c["direction"] for c in still.changes() if c["param"] == "learning_rate"}
+    short = diagnose(prompt_noise_run(5e-5, n=10, seed=seed))  # a short log of the same kind
+    assert "decrease" not in {c["direction"] for c in short.changes() if c["param"] == "learning_rate"}
+    moved = diagnose(prompt_noise_run(0.05, seed=seed))  # same curves, a policy that moved: the rules speak
+    assert "entropy_unstable" in moved.ids()

@@ -162,6 +162,18 @@ def policy_moved(v: View) -> Optional[str]:
     return f"entropy {num(start, 3)} -> {num(end, 3)}"
 
 
+def policy_still(v: View) -> Optional[str]:
+    """Evidence, as text, that the policy never left the reference: the logged KL stayed below
+    ``approx_kl_small`` at every step; None when it moved or no KL is logged. The reward and entropy of such a
+    run still move from step to step, with the prompts drawn and the completions sampled, and no update is to
+    blame: a rule that would lower the learning rate for that must stay silent (it is far too low, if anything)."""
+    kl = v.c(keys.KL)
+    if kl.n < 3:
+        return None
+    peak = float(np.abs(kl.values).max())
+    return f"KL to the reference at most {num(peak, 2)}" if peak < v.th.approx_kl_small else None
+
+
 def before_learning(v: View, onset: Optional[int]) -> bool:
     """Whether a problem that began at step ``onset`` began early, before the reward had gained
     ``flat_gain`` of its scale: the first updates broke the policy, so the learning rate is far too high, not

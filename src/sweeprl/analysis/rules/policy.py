@@ -8,7 +8,7 @@ import numpy as np
 
 from sweeprl.analysis import keys
 from sweeprl.analysis.curves import Curve
-from sweeprl.analysis.rules.base import Finding, View, before_learning, first_sustained, flat_shape
+from sweeprl.analysis.rules.base import Finding, View, before_learning, first_sustained, flat_shape, policy_still
 from sweeprl.formatting import num
 
 
@@ -84,7 +84,7 @@ def f_entropy_unstable(v: View) -> Optional[Finding]:
         return None
     ent, start, _ = got
     vol = float(np.std(np.diff(ent.values) / np.sqrt(np.diff(ent.steps)))) / start
-    if vol < v.th.entropy_volatility:
+    if vol < v.th.entropy_volatility or policy_still(v):  # a still policy: the prompts move the entropy
         return None
     return Finding(
         "entropy_unstable",

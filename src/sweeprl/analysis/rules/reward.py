@@ -16,6 +16,7 @@ from sweeprl.analysis.rules.base import (
     first_sustained,
     flat_shape,
     policy_moved,
+    policy_still,
     shape,
     trend_test,
 )
@@ -50,7 +51,7 @@ def _fell_from_the_start(v: View, s: dict) -> Optional[Finding]:
 
 def f_reward_collapse(v: View) -> Optional[Finding]:
     r = v.reward
-    if r.n < 5:
+    if r.n < 5 or policy_still(v):  # no update moved the policy: the fall is the prompts', not a collapse
         return None
     s = shape(v)
     gain, drop = s["gain"], s["peak"] - s["late"]
@@ -86,7 +87,7 @@ def f_reward_dip(v: View) -> Optional[Finding]:
     """The reward fell far below its best mid-run and came back: it did not end collapsed, but the policy went
     through a collapse on the way (what a lower learning rate avoids)."""
     r = v.reward
-    if r.n < 8 or f_reward_collapse(v) is not None:
+    if r.n < 8 or policy_still(v) or f_reward_collapse(v) is not None:
         return None
     s = shape(v)
     blocks = r.blocks(10)
