@@ -19,7 +19,7 @@ on real OCaml:
 What each part buys, measured on the 6 held-out easy problems (8 samples each, T = 1.0; share of completions
 that type-check fully): the shipped solutions alone 0 % (600 steps, and still 0 % after 1800: it recites the
 problems it saw); with renamed copies 0 %; with renamed copies of the top-level names only, generated
-exercises and packed rows 4 % after 600 steps and 44 % after 1500 (the default; loss 0.19 nats/byte).
+exercises and packed rows 2 % after 600 steps and 44 % after 1500 (the default; loss 0.19 nats/byte).
 
 Why a plain PyTorch loop and not ``transformers.Trainer``: this is a few hundred steps of next-byte prediction
 on a ~2M-parameter model; the Trainer would add its start-up, logging and checkpoint machinery (seconds each on
