@@ -112,7 +112,7 @@ def tokens(code: str) -> Iterator[Tuple[str, str]]:
 def stdlib_values() -> frozenset:
     """Names of the values the installed standard library opens by default (``val``/``external`` in
     ``stdlib.mli``), which a variant must not rename."""
-    from sweeprl.models.pretrain import ocaml_stdlib_dir
+    from sweeprl.rewards.ocaml import ocaml_stdlib_dir
 
     mli = ocaml_stdlib_dir() / "stdlib.mli"
     text = mli.read_text(encoding="utf-8", errors="replace") if mli.exists() else ""

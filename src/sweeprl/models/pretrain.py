@@ -36,26 +36,18 @@ import hashlib
 import logging
 import math
 import random
-import subprocess
 import time
-from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional
 
 log = logging.getLogger("sweeprl.progress")  # shown on a quiet sweep console, like training progress
 GENERATED_VERSION = "renamed-v1 synthetic-v1"  # bump when ocaml_variants/ocaml_synthetic change what they write
 
 
-def ocaml_stdlib_dir() -> Path:
-    """Where the installed OCaml compiler keeps its standard library (``ocamlc -where``)."""
-    from sweeprl.rewards.ocaml import require_ocaml
-
-    out = subprocess.run([require_ocaml(), "-where"], capture_output=True, text=True, check=True)
-    return Path(out.stdout.strip())
-
-
 @functools.lru_cache(maxsize=1)
 def stdlib_sources() -> str:
     """The standard library's ``.ml`` sources, concatenated in name order (read once per process)."""
+    from sweeprl.rewards.ocaml import ocaml_stdlib_dir
+
     where = ocaml_stdlib_dir()
     files = sorted(where.glob("*.ml"))
     if not files:

@@ -37,6 +37,7 @@ import logging
 import os
 import re
 import shutil
+import subprocess
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -82,6 +83,12 @@ def require_ocaml() -> str:
             "(Debian/Ubuntu: apt-get install ocaml-nox; scripts/setup.sh --test installs it)"
         )
     return exe
+
+
+def ocaml_stdlib_dir() -> Path:
+    """Where the installed OCaml compiler keeps its standard library (``ocamlc -where``)."""
+    out = subprocess.run([require_ocaml(), "-where"], capture_output=True, text=True, check=True)
+    return Path(out.stdout.strip())
 
 
 @dataclass
