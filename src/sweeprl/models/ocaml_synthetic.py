@@ -44,11 +44,8 @@ class Family:
     recursive: bool = False
 
 
-FAMILIES: Tuple[Family, ...] = (
-    Family(
-        "int list -> int",
-        """let {f} ({lst} : int list) : int =
-  let rec {go} {acc} {l} =
+# the accumulator loop the three list-counting families share (``{init}``: the count it starts from)
+ACCUMULATE = """  let rec {go} {acc} {l} =
     match {l} with
     | [] -> {acc}
     | {x} :: {rest} ->
@@ -56,7 +53,12 @@ FAMILIES: Tuple[Family, ...] = (
       {go} {acc}' {rest}
   in
   {go} {init} {lst}
-""",
+"""
+
+FAMILIES: Tuple[Family, ...] = (
+    Family(
+        "int list -> int",
+        "let {f} ({lst} : int list) : int =\n" + ACCUMULATE,
         (
             ("the sum of the integers in a list", {"init": "0", "step": "{acc} + {x}"}),
             ("the product of the integers in a list (1 for the empty list)", {"init": "1", "step": "{acc} * {x}"}),
@@ -82,16 +84,7 @@ FAMILIES: Tuple[Family, ...] = (
     ),
     Family(
         "'a -> 'a list -> int",
-        """let {f} ({v} : 'a) ({lst} : 'a list) : int =
-  let rec {go} {acc} {l} =
-    match {l} with
-    | [] -> {acc}
-    | {x} :: {rest} ->
-      let {acc}' = {step} in
-      {go} {acc}' {rest}
-  in
-  {go} 0 {lst}
-""",
+        "let {f} ({v} : 'a) ({lst} : 'a list) : int =\n" + ACCUMULATE.replace("{init}", "0"),
         (
             ("how many elements of `{lst}` are equal to `{v}`", {"step": "if {x} = {v} then {acc} + 1 else {acc}"}),
             ("how many elements of `{lst}` differ from `{v}`", {"step": "if {x} <> {v} then {acc} + 1 else {acc}"}),
@@ -100,16 +93,7 @@ FAMILIES: Tuple[Family, ...] = (
     ),
     Family(
         "('a -> bool) -> 'a list -> int",
-        """let {f} ({p} : 'a -> bool) ({lst} : 'a list) : int =
-  let rec {go} {acc} {l} =
-    match {l} with
-    | [] -> {acc}
-    | {x} :: {rest} ->
-      let {acc}' = {step} in
-      {go} {acc}' {rest}
-  in
-  {go} 0 {lst}
-""",
+        "let {f} ({p} : 'a -> bool) ({lst} : 'a list) : int =\n" + ACCUMULATE.replace("{init}", "0"),
         (
             ("how many elements `{x}` of `{lst}` satisfy `{p} {x}`", {"step": "if {p} {x} then {acc} + 1 else {acc}"}),
             (
