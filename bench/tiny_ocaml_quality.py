@@ -20,35 +20,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchmarks_md import update_row  # noqa: E402
 
 
-def quality(path: Path, problems, samples: int, temperature: float, max_new: int, seed: int) -> dict:
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from sweeprl.data.ocaml import DEFAULTS, format_prompt
-    from sweeprl.rewards.ocaml import OCamlScorer
-
-    torch.manual_seed(seed)
-    tok = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(path).eval()
-    scorer = OCamlScorer()
-    scores = []
-    for p in problems:
-        batch = tok([format_prompt(p["prompt"], DEFAULTS, None)] * samples, return_tensors="pt")
-        with torch.no_grad():
-            out = model.generate(**batch, do_sample=True, temperature=temperature, top_k=0, max_new_tokens=max_new)
-        texts = tok.batch_decode(out[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
-        scores += scorer.score_many([(t, p["tests"], False) for t in texts])
-    n = len(scores)
-    return {
-        "completions": n,
-        "marker_8_lines": sum(s.has_marker and s.code_lines >= 8 for s in scores) / n,
-        "typecheck": sum(s.code_lines >= 8 and s.items > 0 and s.type_errors == 0 for s in scores) / n,
-        "compile": sum(s.compiled == "full" for s in scores) / n,
-        "tests": sum(s.tests_passed for s in scores) / max(1, sum(s.tests_total for s in scores)),
-        "reward": sum(s.reward for s in scores) / n,
-    }
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--samples", type=int, default=8, help="completions per held-out problem")
@@ -63,6 +34,8 @@ def main() -> None:
     from sweeprl.config import CONFIG_DIR
     from sweeprl.data.ocaml import shipped_problems
     from sweeprl.data.registry import in_validation
+    from sweeprl.models.loading import model_path
+    from sweeprl.models.ocaml_quality import sample_quality
     from sweeprl.models.tiny import ensure_tiny_model
 
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
@@ -72,13 +45,13 @@ def main() -> None:
         p for p in shipped_problems() if p["difficulty"] == "easy" and in_validation(p["id"], pre["held_out_fraction"])
     ]
     t0 = time.monotonic()
-    trained = ensure_tiny_model(dict(cfg.model.tiny), cfg.model.cache_dir, pre, progress=print)
-    print(f"model=tiny_ocaml ({time.monotonic() - t0:.0f}s to build or find): {trained}")
+    trained = model_path(cfg.model)  # the shipped weights (model.use_shipped=false: your own build)
+    print(f"model=tiny_ocaml ({time.monotonic() - t0:.0f}s to find or build): {trained}")
     random_init = ensure_tiny_model(dict(cfg.model.tiny), cfg.model.cache_dir)
     print(f"{len(held)} held-out easy problems: {', '.join(p['id'] for p in held)}; {args.samples} samples each")
     rows = {}
     for name, path in (("random init", random_init), ("tiny_ocaml", trained)):
-        rows[name] = quality(path, held, args.samples, args.temperature, args.max_new_tokens, args.seed)
+        rows[name] = sample_quality(path, held, args.samples, args.temperature, args.max_new_tokens, args.seed)
         r = rows[name]
         print(
             f"{name:>12}: end marker + >=8 lines {r['marker_8_lines']:.0%}, type-checks {r['typecheck']:.0%}, "

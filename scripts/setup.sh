@@ -3,8 +3,8 @@
 #   bash scripts/setup.sh          runtime: CPU torch 2.13.0 + sweeprl (editable)
 #   bash scripts/setup.sh --test   the same plus test dependencies and the system packages tests use
 #                                  (Debian: ocaml-nox for the OCaml reward, bubblewrap for the sandbox,
-#                                  postgresql for the multi-driver tests, chromium for the report's layout test),
-#                                  and model=tiny_ocaml built into ~/.cache/sweeprl/models (22 min, once)
+#                                  postgresql for the multi-driver tests, chromium for the report's layout test)
+#                                  (model=tiny_ocaml ships with sweeprl: nothing to build)
 # Environment: PYTHON (default python3); SWEEPRL_TORCH="skip" keeps a torch you installed yourself
 # (e.g. a CUDA build: see README "Install notes"; vLLM: constraints-gpu.txt with the gpu extra).
 set -euo pipefail
@@ -58,8 +58,4 @@ extras=""
 say "installing sweeprl$extras (editable) with pinned dependencies"
 "${PIP[@]}" install -c constraints.txt -e ".$extras" 2>&1 | grep -v "is ignored" >&2 || true
 .venv/bin/python -c "import sweeprl, trl, optuna, mlflow, hydra" || { say "install failed"; exit 1; }
-if [ "$want_test" = 1 ]; then  # deterministic, so a cached build is reused; the OCaml learning test needs it
-  say "model=tiny_ocaml: building it into the model cache if it is not there (~22 min on 2 cores, once)"
-  .venv/bin/python -m sweeprl build-model tiny_ocaml >&2
-fi
 say "ready: $(.venv/bin/python -c 'import torch, trl, optuna, mlflow; print(f"torch {torch.__version__}, trl {trl.__version__}, optuna {optuna.__version__}, mlflow {mlflow.__version__}")')"

@@ -12,7 +12,7 @@ import optuna
 import pytest
 from mlflow.tracking import MlflowClient
 
-from conftest import PYTHON, compose_cfg, free_port
+from conftest import PYTHON, compose_cfg, free_port, quickstart_sweep
 from hydra_plugins.sweeprl_sweeper.hooks import SweepContext
 from hydra_plugins.sweeprl_sweeper.search_space import SearchSpaceError
 from hydra_plugins.sweeprl_sweeper.slots import SlotPool
@@ -172,11 +172,9 @@ STUDY = "accelerate-e2e"
 
 def accelerate_sweep(cwd, model_cache, *overrides: str, timeout: float):
     """A quickstart learning-rate sweep whose trials each run as 2 CPU processes under accelerate."""
-    cmd = [PYTHON, "-m", "sweeprl", "-m", "experiment=quickstart", "sweep=lr", "hydra.sweeper.sampler.seed=0"]
-    cmd += ["algo.per_device_train_batch_size=4", "sweeprl.launch=accelerate", "sweeprl.num_processes=2"]
-    cmd += [f"model.cache_dir={model_cache}", *overrides]
-    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-4000:]
+    common = ["sweep=lr", "hydra.sweeper.sampler.seed=0", "algo.per_device_train_batch_size=4"]
+    common += ["sweeprl.launch=accelerate", "sweeprl.num_processes=2"]
+    quickstart_sweep(cwd, model_cache, *common, *overrides, timeout=timeout)
 
 
 @pytest.mark.e2e

@@ -3,12 +3,10 @@ existing study left exactly as it was."""
 
 from __future__ import annotations
 
-import subprocess
-
 import optuna
 import pytest
 
-from conftest import PYTHON, free_port
+from conftest import free_port, run_sweeprl
 
 STUDY = "quickstart-lr"
 
@@ -84,13 +82,8 @@ def test_at_least_30_cases():
 def test_bad_input_is_refused_and_the_study_is_unchanged(existing_study, extra, fragment):
     cwd, storage = existing_study
     before = snapshot(storage)
-    proc = subprocess.run(
-        [PYTHON, "-m", "sweeprl", "-m", "experiment=quickstart", "sweep=lr", "tracking.enabled=false", *extra],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    args = ["-m", "experiment=quickstart", "sweep=lr", "tracking.enabled=false", *extra]
+    proc = run_sweeprl(cwd, *args, timeout=120, check=False)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out[-2000:]
     assert fragment in out, out[-2000:]

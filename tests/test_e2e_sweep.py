@@ -3,49 +3,32 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 
 import optuna
 import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from conftest import PYTHON
+from conftest import SHARED_SWEEP_STEPS, load_study, quickstart_sweep, run_sweeprl
 
 pytestmark = pytest.mark.e2e
-STEPS = 12
+STEPS = SHARED_SWEEP_STEPS
 STUDY = "quickstart-lr_kl"
 
 
 def sweep(cwd, model_cache, n_trials, *extra):
-    cmd = [
-        PYTHON,
-        "-m",
-        "sweeprl",
-        "-m",
-        "experiment=quickstart",
-        "sweep=lr_kl",
-        f"hydra.sweeper.n_trials={n_trials}",
-        "hydra.sweeper.sampler.seed=0",
-        f"algo.max_steps={STEPS}",
-        f"model.cache_dir={model_cache}",
-        *extra,
-    ]
-    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    return proc
+    overrides = ["sweep=lr_kl", f"hydra.sweeper.n_trials={n_trials}", "hydra.sweeper.sampler.seed=0"]
+    return quickstart_sweep(cwd, model_cache, *overrides, f"algo.max_steps={STEPS}", *extra)
 
 
 @pytest.fixture(scope="module")
-def first_sweep(tmp_path_factory, model_cache):
-    cwd = tmp_path_factory.mktemp("sweep")
-    proc = sweep(cwd, model_cache, 3)
-    return cwd, proc
+def first_sweep(finished_sweep):
+    assert finished_sweep.steps == STEPS and finished_sweep.name == STUDY
+    return finished_sweep.launch_dir, finished_sweep
 
 
 def study_of(cwd):
-    return optuna.load_study(study_name=STUDY, storage=f"sqlite:///{cwd}/multirun/{STUDY}/optuna.db")
+    return load_study(cwd, STUDY)
 
 
 def client_of(cwd):
@@ -124,23 +107,24 @@ def test_results_file_matches_best_trial(first_sweep):
     assert "rank" in proc.stdout and "COMPLETE" in proc.stdout
 
 
-def test_rerun_with_more_trials_adds_exactly_the_difference(first_sweep, model_cache):
-    cwd, _ = first_sweep
+def test_rerun_with_more_trials_adds_exactly_the_difference(tmp_path, model_cache):
+    cwd = tmp_path  # its own sweep: the shared one is read by other tests
+    sweep(cwd, model_cache, 1)
     before = {t.number: (t.params, t.value) for t in study_of(cwd).trials}
     # resumed over higher learning rates, which learn more in 12 updates: the two new trials find a new best
-    sweep(cwd, model_cache, 5, "search_space.learning_rate=[5e-3,2e-2]")
+    sweep(cwd, model_cache, 3, "search_space.learning_rate=[5e-3,2e-2]")
     trials = study_of(cwd).trials
-    assert len(trials) == 5 and all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
+    assert len(trials) == 3 and all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
     assert {t.number: (t.params, t.value) for t in trials if t.number in before} == before  # untouched
     _, parents, children = runs_of(cwd)
     assert len(parents) == 1, "the parent run is reused on resume"
-    assert sorted(int(r.data.tags["sweeprl.trial_number"]) for r in children) == [0, 1, 2, 3, 4]
+    assert sorted(int(r.data.tags["sweeprl.trial_number"]) for r in children) == [0, 1, 2]
     study = study_of(cwd)
     assert study.best_value > max(v for _, v in before.values()), "the resumed trials found a new best"
     assert_parent_has_the_best(parents[0], study)  # the best changed: still FINISHED, with the new best
     # a third run with the same target does nothing
-    sweep(cwd, model_cache, 5)
-    assert len(study_of(cwd).trials) == 5
+    sweep(cwd, model_cache, 3)
+    assert len(study_of(cwd).trials) == 3
 
 
 def test_diagnosis_of_a_trial_from_mlflow_and_from_its_dir(first_sweep):
@@ -165,14 +149,10 @@ def test_diagnosis_of_a_trial_from_mlflow_and_from_its_dir(first_sweep):
 def test_sixteen_trial_console_is_short_and_ends_with_the_next_commands(tmp_path, model_cache):
     """On a pipe, a 16-trial sweep reads in ≤ 40 lines: one per trial event, a short table, then the three commands
     a user types next; the first of them reproduces the best trial exactly."""
-    cmd = [PYTHON, "-m", "sweeprl", "-m", "experiment=quickstart", "sweep=lr_kl", "hydra.sweeper.sampler.seed=0"]
-    cmd += ["algo.max_steps=6", f"model.cache_dir={model_cache}"]
-    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}  # a pipe's default width (120)
-    proc = subprocess.run(
-        cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=900
-    )
+    overrides = ["sweep=lr_kl", "hydra.sweeper.sampler.seed=0", "algo.max_steps=6"]
+    # COLUMNS unset: a pipe's default width (120)
+    proc = quickstart_sweep(tmp_path, model_cache, *overrides, env={"COLUMNS": None}, merge_output=True, timeout=900)
     lines = proc.stdout.splitlines()
-    assert proc.returncode == 0, proc.stdout[-4000:]
     assert len(lines) <= 40, proc.stdout
     assert sum("] [trial " in line for line in lines) == 16  # one line per trial
     assert not any("Launching" in line or "sweeprl.storage=" in line or "mlflow.store" in line for line in lines)
@@ -181,15 +161,9 @@ def test_sixteen_trial_console_is_short_and_ends_with_the_next_commands(tmp_path
     reproduce = lines[-3].split(": ", 1)[1].split()
     assert reproduce[1:3] == ["-m", "sweeprl"] and "experiment=quickstart" in reproduce
     assert "/#/experiments/" in lines[-1] and "/runs" in lines[-1]
-    study = optuna.load_study(study_name=STUDY, storage=f"sqlite:///{tmp_path}/multirun/{STUDY}/optuna.db")
+    study = study_of(tmp_path)
     out = tmp_path / "again"
-    rerun = subprocess.run(
-        [PYTHON, *reproduce[1:], f"model.cache_dir={model_cache}", f"hydra.run.dir={out}", "tracking.enabled=false"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    again = [f"model.cache_dir={model_cache}", f"hydra.run.dir={out}", "tracking.enabled=false"]
+    run_sweeprl(tmp_path, *reproduce[3:], *again)
     value = json.loads((out / "objective.json").read_text())["objective"]
     assert value == pytest.approx(study.best_value, rel=1e-9)  # seeded CPU runs reproduce exactly

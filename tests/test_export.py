@@ -12,7 +12,7 @@ import optuna
 import pytest
 import yaml
 
-from conftest import PYTHON, compose_cfg
+from conftest import compose_cfg, quickstart_sweep
 from sweeprl import trial_record
 from sweeprl.cli import export as export_cli
 
@@ -24,11 +24,9 @@ STUDY = "export-test"
 def sweep(tmp_path_factory, model_cache):
     """A real 2-trial quickstart sweep over ``lora.enabled`` (grid: one full-model trial, one LoRA r16 trial)."""
     cwd = tmp_path_factory.mktemp("export")
-    cmd = [PYTHON, "-m", "sweeprl", "-m", "experiment=quickstart", "lora=r16", "lora.enabled=choice(false,true)"]
-    cmd += ["hydra/sweeper/sampler=grid", f"hydra.sweeper.study_name={STUDY}", "hydra.sweeper.n_trials=2"]
-    cmd += ["hydra.sweeper.report=false", "algo.max_steps=3", f"model.cache_dir={model_cache}"]
-    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    overrides = ["lora=r16", "lora.enabled=choice(false,true)", "hydra/sweeper/sampler=grid"]
+    overrides += [f"hydra.sweeper.study_name={STUDY}", "hydra.sweeper.n_trials=2", "hydra.sweeper.report=false"]
+    quickstart_sweep(cwd, model_cache, *overrides, "algo.max_steps=3")
     return cwd, cwd / "multirun" / STUDY
 
 

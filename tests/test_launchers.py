@@ -15,7 +15,7 @@ import optuna
 import pytest
 import yaml
 
-from conftest import PYTHON
+from conftest import PYTHON, run_sweeprl
 
 pytestmark = pytest.mark.e2e
 STUDY = "quickstart-lr"
@@ -41,27 +41,10 @@ needs_joblib = pytest.mark.skipif(not has("hydra_plugins.hydra_joblib_launcher")
 
 
 def sweep(cwd: Path, model_cache, *overrides: str, timeout: float = 150, env=None, ok: bool = True, flags=()):
-    cmd = [
-        PYTHON,
-        "-m",
-        "sweeprl",
-        "-m",
-        *flags,
-        "experiment=quickstart",
-        "sweep=lr",
-        "hydra.sweeper.n_trials=2",
-        "hydra.sweeper.n_jobs=2",
-        "hydra.sweeper.report=false",
-        "hydra.sweeper.sampler.seed=0",
-        f"model.cache_dir={model_cache}",
-        *overrides,
-    ]
-    proc = subprocess.run(
-        cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})}
-    )
-    if ok:
-        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    return proc
+    common = ["sweep=lr", "hydra.sweeper.n_trials=2", "hydra.sweeper.n_jobs=2", "hydra.sweeper.report=false"]
+    common += ["hydra.sweeper.sampler.seed=0", f"model.cache_dir={model_cache}"]
+    args = ["-m", *flags, "experiment=quickstart", *common, *overrides]
+    return run_sweeprl(cwd, *args, timeout=timeout, env=env, check=ok)
 
 
 def trials_of(cwd: Path):

@@ -11,6 +11,7 @@ import pytest
 from conftest import compose_cfg
 from sweeprl.trial import run_trial
 
+pytestmark = pytest.mark.e2e
 STEPS = 60
 
 

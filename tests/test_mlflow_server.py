@@ -14,7 +14,7 @@ import optuna
 import pytest
 from mlflow.tracking import MlflowClient
 
-from conftest import PYTHON, free_port
+from conftest import PYTHON, free_port, quickstart_sweep
 
 pytestmark = pytest.mark.e2e
 STUDY = "quickstart-lr"
@@ -62,19 +62,8 @@ def stop_server(proc: subprocess.Popen) -> None:
 
 
 def sweep(cwd, model_cache, uri, *extra) -> subprocess.CompletedProcess:
-    cmd = [
-        PYTHON,
-        "-m",
-        "sweeprl",
-        "-m",
-        "experiment=quickstart",
-        "sweep=lr",
-        "hydra.sweeper.sampler.seed=0",
-        f"tracking.uri={uri}",
-        f"model.cache_dir={model_cache}",
-        *extra,
-    ]
-    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=600)
+    overrides = ["sweep=lr", "hydra.sweeper.sampler.seed=0", f"tracking.uri={uri}", *extra]
+    return quickstart_sweep(cwd, model_cache, *overrides, check=False)
 
 
 def test_runs_nested_under_the_parent_on_a_real_server(tmp_path, model_cache):

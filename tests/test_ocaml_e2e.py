@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import json
-import subprocess
 
-import optuna
 import pytest
 from mlflow.tracking import MlflowClient
 
-from conftest import PYTHON, compose_cfg
+from conftest import compose_cfg, load_study, run_sweeprl
 
 pytestmark = pytest.mark.e2e
 STUDY = "ocaml_grpo-lr_kl"
@@ -38,26 +36,11 @@ def test_ocaml_prompts_plain_and_chat(model_cache):
 
 
 def test_two_trial_ocaml_sweep_on_cpu(tmp_path, model_cache):
-    cmd = [
-        PYTHON,
-        "-m",
-        "sweeprl",
-        "-m",
-        "experiment=ocaml_grpo",
-        "model=tiny",
-        "lora=none",
-        "sweep=lr_kl",
-        "hydra.sweeper.n_trials=2",
-        "hydra.sweeper.sampler.seed=0",
-        "algo.max_steps=2",
-        "algo.per_device_train_batch_size=12",
-        "generation.max_completion_length=48",
-        "data.max_prompt_length=200",
-        f"model.cache_dir={model_cache}",
-    ]
-    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    study = optuna.load_study(study_name=STUDY, storage=f"sqlite:///{tmp_path}/multirun/{STUDY}/optuna.db")
+    args = ["-m", "experiment=ocaml_grpo", "model=tiny", "lora=none", "sweep=lr_kl", "hydra.sweeper.n_trials=2"]
+    args += ["hydra.sweeper.sampler.seed=0", "algo.max_steps=2", "algo.per_device_train_batch_size=12"]
+    args += ["generation.max_completion_length=48", "data.max_prompt_length=200", f"model.cache_dir={model_cache}"]
+    run_sweeprl(tmp_path, *args, timeout=900)
+    study = load_study(tmp_path, STUDY)
     assert [t.state.name for t in study.trials] == ["COMPLETE", "COMPLETE"]
     for t in study.trials:
         trial_dir = tmp_path / "multirun" / STUDY / f"trial_{t.number}"

@@ -6,14 +6,13 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
 import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import PYTHON
+from conftest import run_sweeprl
 from sweeprl.rewards.ocaml import OCamlScorer, code_line_count, split_items, weights_at
 from sweeprl.sandbox import Limits, bwrap_available
 
@@ -148,7 +147,7 @@ def test_loop_in_one_branch_only_fails_the_tests_that_reach_it(scorer):
 
 
 @pytest.mark.parametrize("name", sorted(HOSTILE))
-def test_hostile_completions_are_contained(scorer, name):
+def test_hostile_completions_are_contained(scorer, name, private_tempdir):
     before = set(Path(tempfile.gettempdir()).glob("sweeprl-sandbox-*"))
     t0 = time.monotonic()
     s = scorer.score(HOSTILE[name] + MARK, TESTS)
@@ -204,26 +203,8 @@ def test_score_cli(tmp_path):
         {"problem_id": "sum", "completion": "let x = 1\n", "truncated": False, "name": "short"},
     ]
     completions.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    proc = subprocess.run(
-        [
-            PYTHON,
-            "-m",
-            "sweeprl",
-            "score",
-            "--reward",
-            "ocaml_syntax_aware",
-            "--problems",
-            str(problems),
-            "--completions",
-            str(completions),
-            "--format",
-            "json",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode == 0, proc.stderr
+    args = ["score", "--reward", "ocaml_syntax_aware", "--problems", str(problems), "--completions", str(completions)]
+    proc = run_sweeprl(tmp_path, *args, "--format", "json", timeout=120)
     out = [json.loads(line) for line in proc.stdout.splitlines()]
     assert [o["name"] for o in out] == ["correct", "runaway", "short"]
     assert [round(o["reward"], 4) for o in out] == [1.0, round(0.95 * 0.3, 4), 0.0]

@@ -78,3 +78,102 @@ def test_build_model_command(tmp_path, capsys):
         main(["qwen2.5-coder-1.5b"])
     with pytest.raises(SystemExit, match="only model.\\* overrides apply here, not algo.beta=0"):
         main(["tiny_ocaml", "algo.beta=0"])
+
+
+# ------------------------------------------------------------------------------------------ the shipped weights
+REBUILD = (
+    "the shipped model=tiny_ocaml no longer matches this checkout's {what}: rebuild it with "
+    "`python -m sweeprl build-model tiny_ocaml --ship` (about 15 min on 2 cores) and commit "
+    "src/sweeprl/resources/models/tiny_ocaml"
+)
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    from sweeprl.models.shipped import read_manifest, shipped_root
+
+    cfg = compose_cfg(["model=tiny_ocaml"])
+    path = shipped_root() / "tiny_ocaml"
+    return cfg, path, read_manifest(path)
+
+
+def test_the_shipped_tiny_ocaml_is_the_recipe_of_this_checkout(shipped):
+    """Spec, pretraining settings, problems and the code that writes the corpus and trains: a change to any of them
+    without a new build fails here (the weights would not be what this code builds)."""
+    from sweeprl.models.loading import model_path
+    from sweeprl.models.shipped import WEIGHTS, recipe, sha256_file
+
+    cfg, path, manifest = shipped
+    assert manifest["spec"] == dict(cfg.model.tiny), REBUILD.format(what="model.tiny spec")
+    assert manifest["pretrain_settings"] == dict(cfg.model.pretrain), REBUILD.format(what="model.pretrain settings")
+    assert manifest["recipe"] == recipe(dict(cfg.model.tiny), dict(cfg.model.pretrain)), REBUILD.format(
+        what="pretraining code or problems"
+    )
+    assert sha256_file(path / WEIGHTS) == manifest["weights_sha256"]  # the committed file is the one recorded
+    assert manifest["dtype"] == "float32" and (path / WEIGHTS).stat().st_size < 8_000_000
+    assert model_path(cfg.model) == str(path)  # trials load it: no build
+
+
+@pytest.mark.e2e
+def test_the_shipped_tiny_ocaml_was_trained_on_the_corpus_this_checkout_writes(shipped):
+    """Every pretraining document, regenerated (renamed copies and exercises type-checked by the installed ocamlc)
+    hashes to the manifest's; with the compiler the build used, the standard library does too."""
+    import hashlib
+
+    from sweeprl.models.pretrain import stdlib_sources
+    from sweeprl.models.shipped import documents_sha256
+    from sweeprl.rewards.ocaml import ocaml_version
+
+    cfg, _, manifest = shipped
+    assert documents_sha256(dict(cfg.model.pretrain)) == manifest["documents_sha256"], REBUILD.format(what="corpus")
+    if ocaml_version() != manifest["ocaml_version"]:
+        pytest.skip(f"OCaml {ocaml_version()} here; the build read {manifest['ocaml_version']}'s standard library")
+    assert hashlib.sha256(stdlib_sources().encode()).hexdigest() == manifest["stdlib_sha256"]
+
+
+def test_other_settings_or_use_shipped_false_build_into_the_cache(tmp_path, monkeypatch):
+    from sweeprl.models import loading
+
+    built = []
+    monkeypatch.setattr(loading, "ensure_tiny_model", lambda spec, cache, pretrain: built.append(cache) or "built")
+    assert loading.model_path(compose_cfg(["model=tiny_ocaml", f"model.cache_dir={tmp_path}"]).model) != "built"
+    for extra in ("model.use_shipped=false", "model.pretrain.steps=1499", "model.tiny.seed=1"):
+        cfg = compose_cfg(["model=tiny_ocaml", f"model.cache_dir={tmp_path}", extra])
+        assert loading.model_path(cfg.model) == "built", extra
+    assert built == [str(tmp_path)] * 3
+
+
+def test_the_recipe_reads_code_not_comments_or_formatting():
+    from sweeprl.models.shipped import canonical_source
+
+    code = 'def f(x):\n    """Doc."""\n    return x + 1  # one\n'
+    same = "def f(x):\n    # a comment\n    return (x\n            + 1)\n"
+    assert canonical_source(code) == canonical_source(same)
+    assert canonical_source(code) != canonical_source(code.replace("+ 1", "+ 2"))
+    assert canonical_source(code) != canonical_source(code.replace("def f", "def g"))
+
+
+def test_build_model_ship_writes_a_copy_that_trials_load(tmp_path, capsys, monkeypatch):
+    """``build-model --ship``: the build and its manifest go into the package's model dir, and a config with the
+    same recipe loads that copy instead of building."""
+    from sweeprl.cli.build_model import main
+    from sweeprl.models import shipped
+    from sweeprl.models.loading import model_path
+
+    monkeypatch.setattr(shipped, "shipped_root", lambda: tmp_path / "resources")
+    overrides = ["tiny_ocaml", f"model.cache_dir={tmp_path / 'cache'}", *QUICK]
+    assert main([*overrides, "--ship"]) == 0
+    copy = tmp_path / "resources" / "tiny_ocaml"
+    assert capsys.readouterr().out.strip().splitlines()[-1].startswith(f"model=tiny_ocaml: {copy}")
+    manifest = shipped.read_manifest(copy)
+    cfg = compose_cfg(["model=tiny_ocaml", f"model.cache_dir={tmp_path / 'elsewhere'}", *QUICK])
+    assert manifest["recipe"] == shipped.recipe(dict(cfg.model.tiny), dict(cfg.model.pretrain))
+    assert manifest["weights_sha256"] == shipped.sha256_file(copy / "model.safetensors")
+    assert set(manifest["build"]) == {"first_loss", "last_loss", "seconds"}
+    assert model_path(cfg.model) == str(copy) and not (tmp_path / "elsewhere").exists()  # loaded, not built
+    assert main(overrides) == 0  # a build of a shipped recipe says which one trials load
+    assert f"trials load the shipped copy of this recipe ({copy})" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="only pretrained models are shipped"):
+        main(["tiny", f"model.cache_dir={tmp_path / 'cache'}", "--ship"])
+    with pytest.raises(SystemExit, match="build-model: .*model.pretrain.steps"):
+        main(["tiny_ocaml", "model.pretrain.steps=oops"])

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
 from types import SimpleNamespace
 
 import optuna
@@ -12,7 +11,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
-from conftest import PYTHON, compose_cfg
+from conftest import compose_cfg, run_sweeprl
 from sweeprl.training.pruning import Guards, PruningCallback, first_pruning_step
 
 STEPS = 20
@@ -93,11 +92,7 @@ def test_pruning_callback_reports_and_prunes_through_the_storage(tmp_path):
 
 
 def run(cwd, model_cache, *overrides, check=True):
-    cmd = [PYTHON, "-m", "sweeprl", *overrides, "experiment=quickstart", f"model.cache_dir={model_cache}"]
-    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=600)
-    if check:
-        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-4000:]
-    return proc
+    return run_sweeprl(cwd, *overrides, "experiment=quickstart", f"model.cache_dir={model_cache}", check=check)
 
 
 def load(cwd, name):

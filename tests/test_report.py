@@ -1,14 +1,12 @@
-"""The sweep report (``sweeprl.report``) and its CLI (``sweeprl.cli.report``): a real 3-trial sweep on the tiny
-model, then behaviour of the written files, the ranked table, errors and the MLflow upload; plus unit tests
-on hand-made rows and synthetic studies (no training)."""
+"""The sweep report (``sweeprl.report``) and its CLI (``sweeprl.cli.report``): the session's real 3-trial sweep on
+the tiny model (rewriting its report gives the same files), then behaviour of the written files, the ranked
+table, errors and the MLflow upload; plus unit tests on hand-made rows and synthetic studies (no training)."""
 
 from __future__ import annotations
 
 import io
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import optuna
@@ -22,26 +20,10 @@ STUDY = "quickstart-lr_kl"
 
 # ------------------------------------------------------------------------------------------ the real sweep
 @pytest.fixture(scope="module")
-def sweep(tmp_path_factory, model_cache):
-    """A real 3-trial sweep (12 updates each) in its own launch dir; returns (launch dir, sweep dir)."""
-    root = tmp_path_factory.mktemp("report_sweep")
-    cmd = [
-        sys.executable,
-        "-m",
-        "sweeprl",
-        "-m",
-        "experiment=quickstart",
-        "sweep=lr_kl",
-        "hydra.sweeper.n_trials=3",
-        "hydra.sweeper.sampler.seed=0",
-        "algo.max_steps=12",
-        f"model.cache_dir={model_cache}",
-    ]
-    proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    sweep_dir = root / "multirun" / STUDY
-    assert (sweep_dir / "optuna.db").is_file()
-    return root, sweep_dir
+def sweep(finished_sweep):
+    """The session's finished 3-trial sweep (12 updates each); returns (launch dir, sweep dir)."""
+    assert finished_sweep.name == STUDY and (finished_sweep.sweep_dir / "optuna.db").is_file()
+    return finished_sweep.launch_dir, finished_sweep.sweep_dir
 
 
 @pytest.fixture(scope="module")
@@ -141,6 +123,7 @@ def test_trials_prints_ranked_table(sweep, study, capsys):
     assert printed == [r.number for r in ranked_rows(study)]
 
 
+@pytest.mark.e2e
 def test_trials_csv_and_json_carry_exact_values(sweep, study, capsys):
     import csv
 

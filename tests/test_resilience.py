@@ -11,7 +11,7 @@ import optuna
 import pytest
 from mlflow.tracking import MlflowClient
 
-from conftest import PYTHON
+from conftest import PYTHON, run_sweeprl
 
 pytestmark = pytest.mark.e2e
 STUDY = "quickstart-lr"
@@ -33,9 +33,7 @@ def cmd(model_cache, *extra):
 
 
 def run(cwd, model_cache, *extra, timeout=600):
-    proc = subprocess.run(cmd(model_cache, *extra), cwd=cwd, capture_output=True, text=True, timeout=timeout)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-4000:]
-    return proc
+    return run_sweeprl(cwd, *cmd(model_cache, *extra)[3:], timeout=timeout)
 
 
 def trials(cwd):

@@ -15,7 +15,7 @@ import yaml
 from omegaconf import OmegaConf
 from optuna.distributions import FloatDistribution
 
-from conftest import PYTHON, compose_cfg
+from conftest import PYTHON, compose_cfg, quickstart_sweep
 from hydra_plugins.sweeprl_sweeper._impl import build_sampler, sampler_arguments, sampler_text, sqlite_warning
 from hydra_plugins.sweeprl_sweeper.config import SAMPLERS
 from hydra_plugins.sweeprl_sweeper.hooks import SweepContext
@@ -136,12 +136,10 @@ def test_each_trial_is_told_how_many_trials_share_the_machine():
 @pytest.mark.e2e
 def test_cmaes_sampler_runs_a_real_sweep(tmp_path, model_cache):
     study_name = "quickstart-lr_kl"
-    cmd = [PYTHON, "-m", "sweeprl", "-m", "experiment=quickstart", "sweep=lr_kl", "hydra/sweeper/sampler=cmaes"]
-    cmd += ["hydra.sweeper.sampler.seed=0", "hydra.sweeper.n_trials=3", "hydra.sweeper.n_jobs=1"]
-    cmd += ["algo.max_steps=4", f"model.cache_dir={model_cache}"]
-    cmd += ["tracking.enabled=false", "hydra.sweeper.report=false"]
-    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    overrides = ["sweep=lr_kl", "hydra/sweeper/sampler=cmaes", "hydra.sweeper.sampler.seed=0"]
+    overrides += ["hydra.sweeper.n_trials=3", "hydra.sweeper.n_jobs=1", "algo.max_steps=4"]
+    overrides += ["tracking.enabled=false", "hydra.sweeper.report=false"]
+    proc = quickstart_sweep(tmp_path, model_cache, *overrides, timeout=300)
     assert ", CmaEsSampler, maximize: 0/3 trials finished" in proc.stdout  # the sweep's summary line
     sweep_dir = tmp_path / "multirun" / study_name
     study = optuna.load_study(study_name=study_name, storage=f"sqlite:///{sweep_dir}/optuna.db")

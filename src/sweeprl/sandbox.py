@@ -11,13 +11,17 @@ Two isolation levels, chosen once per process:
   loudly, as a warning.
 
 In both cases the child runs with rlimits — CPU seconds, address space, number of processes, file size — and,
-when sweeprl runs as root, as the unprivileged user ``nobody`` (so the process limit is enforced; the kernel
-does not apply RLIMIT_NPROC to root). A wall-clock timeout kills the whole process group (and with it the
-PID namespace). The caller gets a :class:`RunResult`; the sandbox never raises for what the code did.
+when sweeprl runs as root, as an unprivileged user id of its own (so the process limit is enforced: the kernel
+does not apply RLIMIT_NPROC to root). Each run gets another id from an unused range: the kernel counts
+RLIMIT_NPROC per user, so under one shared id (``nobody``) a fork bomb in one completion would leave the
+completions scored beside it unable to start their compiler. A wall-clock timeout kills the whole process group
+(and with it the PID namespace). The caller gets a :class:`RunResult`; the sandbox never raises for what the code
+did.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import shutil
@@ -32,7 +36,9 @@ from typing import Dict, List, Mapping, Optional, Sequence
 
 log = logging.getLogger(__name__)
 
-NOBODY = 65534
+NOBODY = 65534  # the bubblewrap probe's user
+SANDBOX_UIDS = (1_800_000_000, 100_000_000)  # first id and size of the range a run's user id is drawn from
+_next_run = itertools.count()
 _warned_reduced = False
 _probe_lock = threading.Lock()
 _bwrap_usable: Optional[bool] = None
@@ -63,9 +69,20 @@ class RunResult:
         return self.returncode == 0 and not self.timed_out
 
 
-def limit_prefix(limits: Limits, demote: bool) -> List[str]:
-    """``prlimit … [setpriv …] --``: rlimits (and the drop to ``nobody``) applied by util-linux wrappers
-    instead of a ``preexec_fn``, which is unsafe in the threads that score completions in parallel."""
+def run_uid() -> int:
+    """A user id for one sandboxed run, unused by the system and by the runs beside it (this process's id and a
+    counter select it within :data:`SANDBOX_UIDS`)."""
+    first, size = SANDBOX_UIDS
+    return first + (os.getpid() * 4096 + next(_next_run)) % size
+
+
+def demote_argv(uid: int) -> List[str]:
+    return ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"]
+
+
+def limit_prefix(limits: Limits, uid: Optional[int]) -> List[str]:
+    """``prlimit … [setpriv …] --``: rlimits (and the drop to user ``uid``, unless None) applied by util-linux
+    wrappers instead of a ``preexec_fn``, which is unsafe in the threads that score completions in parallel."""
     prefix = [
         "prlimit",
         f"--cpu={limits.cpu_seconds}:{limits.cpu_seconds + 1}",
@@ -75,12 +92,9 @@ def limit_prefix(limits: Limits, demote: bool) -> List[str]:
         "--core=0",
         "--",
     ]
-    if demote:
-        prefix += DEMOTE
+    if uid is not None:
+        prefix += demote_argv(uid)
     return prefix
-
-
-DEMOTE = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--"]
 
 
 def bwrap_available() -> bool:
@@ -92,7 +106,7 @@ def bwrap_available() -> bool:
             if exe is None:
                 _bwrap_usable = False
             else:
-                demote = DEMOTE if os.geteuid() == 0 else []
+                demote = demote_argv(NOBODY) if os.geteuid() == 0 else []
                 try:
                     probe = subprocess.run(
                         [*demote, exe, "--ro-bind", "/", "/", "--unshare-all", "--die-with-parent", "--", "true"],
@@ -146,20 +160,21 @@ class Sandbox:
         """Write ``files`` into a fresh working directory, run ``argv`` there, remove everything afterwards."""
         limits = limits or self.limits
         host_dir = Path(tempfile.mkdtemp(prefix="sweeprl-sandbox-"))
+        uid = run_uid() if self.demote else None
         try:
             for name, content in (files or {}).items():
                 path = host_dir / name
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_text(content)
-            if self.demote:
+            if uid is not None:
                 for p in [host_dir, *host_dir.rglob("*")]:
-                    os.chown(p, NOBODY, NOBODY)
+                    os.chown(p, uid, uid)
             if self.isolation == "bwrap":
                 cmd = self._bwrap_argv(host_dir, list(argv), limits)
                 cwd = "/"
             else:
                 cmd, cwd = list(argv), str(host_dir)
-            return self._execute(cmd, cwd, limits, env)
+            return self._execute(cmd, cwd, limits, env, uid)
         finally:
             shutil.rmtree(host_dir, ignore_errors=True)
 
@@ -206,14 +221,16 @@ class Sandbox:
             *argv,
         ]
 
-    def _execute(self, cmd: List[str], cwd: str, limits: Limits, env: Optional[Dict[str, str]]) -> RunResult:
+    def _execute(
+        self, cmd: List[str], cwd: str, limits: Limits, env: Optional[Dict[str, str]], uid: Optional[int]
+    ) -> RunResult:
         base_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8", "HOME": cwd, "TMPDIR": cwd}
         start = time.monotonic()
         timed_out = False
         # Output goes to files, not pipes, so RLIMIT_FSIZE bounds what a chatty program can make us hold.
         with tempfile.TemporaryFile() as out_f, tempfile.TemporaryFile() as err_f:
             proc = subprocess.Popen(
-                limit_prefix(limits, self.demote) + cmd,
+                limit_prefix(limits, uid) + cmd,
                 cwd=cwd,
                 env={**base_env, **(env or {})},
                 stdin=subprocess.DEVNULL,

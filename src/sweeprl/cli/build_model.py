@@ -3,10 +3,12 @@
     python -m sweeprl build-model tiny_ocaml
     python -m sweeprl build-model tiny_ocaml model.cache_dir=/data/models model.pretrain.steps=800
 
-A model that trials build on first use anyway; building it first gives a sweep's trials a ready model (and
-the pretraining's progress lines on your terminal, not in a trial log). Prints the model's directory, which
-is where trials with the same settings will load it from. Only ``source: tiny`` models are built here; hub
-models are downloaded by transformers when a trial loads them.
+Builds from scratch into ``model.cache_dir`` (a build already there is reused), with the pretraining's progress
+lines on your terminal, and prints the model's directory. ``model=tiny_ocaml`` with its shipped settings loads
+the copy that ships with sweeprl instead (no build); ``model.use_shipped=false`` makes trials load this build,
+and other pretraining settings always do. ``--ship`` copies the build into the package
+(``sweeprl/resources/models/<model>``, for maintainers after changing the pretraining code or corpus). Only
+``source: tiny`` models are built here; hub models are downloaded by transformers when a trial loads them.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
     )
     ap.add_argument("model", help="a model config of conf/model/ with source: tiny (tiny, tiny_ocaml)")
     ap.add_argument("overrides", nargs="*", help="Hydra overrides of the model group, e.g. model.cache_dir=DIR")
+    ap.add_argument("--ship", action="store_true", help="copy the build into sweeprl/resources/models/<model>")
     return ap.parse_args(argv)
 
 
@@ -38,6 +41,7 @@ def main(argv: List[str]) -> int:
 
     from sweeprl.config import CONFIG_DIR
     from sweeprl.config.validate import ConfigValidationError, validate_once
+    from sweeprl.models.shipped import ship, shipped_model
     from sweeprl.models.tiny import ensure_tiny_model
 
     bad = [o for o in args.overrides if not o.lstrip("+~").startswith("model.")]
@@ -56,6 +60,13 @@ def main(argv: List[str]) -> int:
         )
     t0 = time.monotonic()
     say = functools.partial(print, flush=True)  # progress lines reach a log file as they happen
-    path = ensure_tiny_model(dict(cfg.model.tiny), cfg.model.cache_dir, dict(cfg.model.pretrain), progress=say)
+    spec, pretrain = dict(cfg.model.tiny), dict(cfg.model.pretrain)
+    path = ensure_tiny_model(spec, cfg.model.cache_dir, pretrain, progress=say)
+    if args.ship:
+        if pretrain["corpus"] == "none":
+            raise SystemExit(f"build-model: model={args.model} is not pretrained; only pretrained models are shipped")
+        path = ship(path, args.model, spec, pretrain)
+    elif cfg.model.use_shipped and (shipped := shipped_model(spec, pretrain)):
+        print(f"trials load the shipped copy of this recipe ({shipped}); model.use_shipped=false loads this build")
     print(f"model={args.model}: {path}  ({time.monotonic() - t0:.0f}s)")
     return 0

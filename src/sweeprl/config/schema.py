@@ -81,6 +81,11 @@ class ModelConfig:
         None, "Attention kernel (eager, sdpa, flash_attention_2); None lets transformers choose."
     )
     cache_dir: str = f("~/.cache/sweeprl/models", "Where the tiny model is built and cached (source=tiny).")
+    use_shipped: bool = f(
+        True,
+        "Load the pretrained tiny model shipped with sweeprl when it was built from exactly this spec, pretraining "
+        "settings and corpus (model=tiny_ocaml loads at once); false uses, or builds, the one in cache_dir.",
+    )
     tiny: TinyModelSpec = field(default_factory=TinyModelSpec, metadata={"help": "Architecture of the tiny model."})
     pretrain: PretrainSpec = field(
         default_factory=PretrainSpec, metadata={"help": "Pretraining of the tiny model (source=tiny)."}

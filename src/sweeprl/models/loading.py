@@ -8,6 +8,7 @@ from typing import Any, Optional
 
 from omegaconf import DictConfig
 
+from sweeprl.models.shipped import shipped_model
 from sweeprl.models.tiny import ensure_tiny_model
 
 log = logging.getLogger(__name__)
@@ -36,11 +37,13 @@ def resolve_device(requested: str) -> DeviceSettings:
 
 
 def model_path(model_cfg: DictConfig) -> str:
-    """A hub id or a local directory; the tiny model is built (once; pretrained when ``model.pretrain.corpus``
-    is not none) into the cache and returned by path."""
+    """A hub id or a local directory; a tiny model is the one shipped with sweeprl for this recipe
+    (:mod:`sweeprl.models.shipped`), else built (once; pretrained when ``model.pretrain.corpus`` is not none)
+    into the cache, and returned by path."""
     if model_cfg.source == "tiny":
-        pretrain = model_cfg.get("pretrain")
-        return str(ensure_tiny_model(dict(model_cfg.tiny), model_cfg.cache_dir, dict(pretrain) if pretrain else None))
+        pretrain = dict(model_cfg.pretrain) if model_cfg.get("pretrain") else None
+        shipped = shipped_model(dict(model_cfg.tiny), pretrain) if model_cfg.get("use_shipped", True) else None
+        return str(shipped or ensure_tiny_model(dict(model_cfg.tiny), model_cfg.cache_dir, pretrain))
     return str(model_cfg.name_or_path)
 
 

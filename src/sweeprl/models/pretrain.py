@@ -1,8 +1,8 @@
 """Pretraining of the tiny model on OCaml (``model=tiny_ocaml``), so the OCaml path learns on a CPU.
 
 A random-init tiny model writes bytes, not OCaml: every completion scores 0, every GRPO group has zero reward
-variance and nothing is learned. This module pretrains it, deterministically and on the machine that uses it,
-on real OCaml:
+variance and nothing is learned. This module pretrains it on real OCaml (the result ships with sweeprl,
+:mod:`sweeprl.models.shipped`; ``build-model tiny_ocaml`` runs this again):
 
 - the OCaml standard library's ``.ml`` sources that ship with the compiler (``ocamlc -where``; Debian's
   ``ocaml`` package, pulled in by ``ocaml-nox``: ~60 files, ~19k lines), as random windows of ``context``

@@ -91,6 +91,12 @@ def ocaml_stdlib_dir() -> Path:
     return Path(out.stdout.strip())
 
 
+def ocaml_version() -> str:
+    """The installed compiler's version (``ocamlc -version``), e.g. ``4.13.1``."""
+    out = subprocess.run([require_ocaml(), "-version"], capture_output=True, text=True, check=True)
+    return out.stdout.strip()
+
+
 @dataclass
 class Score:
     reward: float
