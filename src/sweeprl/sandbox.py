@@ -70,8 +70,8 @@ class RunResult:
 
 
 def run_uid() -> int:
-    """A user id for one sandboxed run, unused by the system and by the runs beside it (this process's id and a
-    counter select it within :data:`SANDBOX_UIDS`)."""
+    """A user id for one sandboxed run, from a range that no distribution assigns (:data:`SANDBOX_UIDS`); this
+    process's id and a counter select it, so two runs share one only when their process ids collide in the range."""
     first, size = SANDBOX_UIDS
     return first + (os.getpid() * 4096 + next(_next_run)) % size
 
