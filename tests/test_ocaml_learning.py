@@ -8,10 +8,10 @@ policies the trials ended with, not their noisy last updates.
 The margin is measured against the spread a test can meet on another machine. On this machine, 1 or 2 threads,
 ``ATEN_CPU_CAPABILITY=default`` and MKL limited to AVX2 give bit-identical trials. Elsewhere, any difference in a
 logit may change a sampled completion and every update after it: a different draw, as another training seed is.
-Over seeds 0-4 (``bench/ocaml_learning_margin.py``, BENCHMARKS.md row ``ocaml_learning_margin``) the 1e-4 policy's
-mean reward exceeded the 1e-6 policy's by 0.048-0.086 on the same seed, every 1e-4 policy (0.240-0.289) above
-every 1e-6 one (0.191-0.203, the untrained model: 0.187). The last-4-update rewards, by contrast, tied on one seed
-of five. The test asks for MARGIN, under half the smallest gap measured.
+Over seeds 0-4 (``bench/ocaml_learning_margin.py`` measures it) the 1e-4 policy's mean reward exceeded the 1e-6
+policy's by 0.048-0.086 on the same seed, every 1e-4 policy (0.240-0.289) above every 1e-6 one (0.191-0.203; the
+untrained model: 0.187). The last-4-update rewards, by contrast, tied on one seed of five. The test asks for
+MARGIN, under half the smallest gap measured.
 """
 
 from __future__ import annotations
