@@ -1,14 +1,16 @@
-"""``python -m sweeprl build-model``: build (and for tiny_ocaml pretrain) a local model into the model cache.
+"""``python -m sweeprl build-model``: build (tiny_ocaml: pretrain) a local model.
 
     python -m sweeprl build-model tiny_ocaml
-    python -m sweeprl build-model tiny_ocaml model.cache_dir=/data/models model.pretrain.steps=800
+    python -m sweeprl build-model tiny_ocaml model.pretrain.steps=800
 
-Builds from scratch into ``model.cache_dir`` (a build already there is reused), with the pretraining's progress
-lines on your terminal, and prints the model's directory. ``model=tiny_ocaml`` with its shipped settings loads
-the copy that ships with sweeprl instead (no build); ``model.use_shipped=false`` makes trials load this build,
-and other pretraining settings always do. ``--ship`` copies the build into the package
-(``sweeprl/resources/models/<model>``, for maintainers after changing the pretraining code or corpus). Only
-``source: tiny`` models are built here; hub models are downloaded by transformers when a trial loads them.
+Builds from scratch into model.cache_dir (a build already there is reused),
+with the pretraining's progress on your terminal, and prints the model's
+directory. model=tiny_ocaml with its shipped settings loads the copy that
+ships with sweeprl instead; model.use_shipped=false makes trials load this
+build, and other pretraining settings always do. --ship copies the build into
+the package (sweeprl/resources/models/<model>: for maintainers, after changing
+the pretraining code or corpus). Only source: tiny models are built here; hub
+models are downloaded by transformers when a trial loads them.
 """
 
 from __future__ import annotations

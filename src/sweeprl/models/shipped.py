@@ -13,7 +13,7 @@ and compiler version), the hash of every pretraining document after the ``ocamlc
 the torch build. ``tests/test_pretrain.py`` rebuilds the recipe and the documents and fails when code, problems
 or settings changed without a new ``--ship``.
 
-The weights are stored as trained, fp32 (6.8 MB for 1.7M parameters): the copy is bit-identical to the build,
+The weights are stored as trained, fp32 (6.7 MB for 1.7M parameters): the copy is bit-identical to the build,
 so a trial on any machine starts from the same model. bf16 would halve the file but be another model, whose
 GRPO curves differ from the build's.
 """
