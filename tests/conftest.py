@@ -72,7 +72,7 @@ def session_lock(directory: Path):
 
 @pytest.fixture
 def private_tempdir(monkeypatch) -> Path:
-    """``tempfile``'s directory for this test alone (world-readable, so the sandbox user can use what is made in
+    """``tempfile``'s directory for this test alone (mode 1777, so the sandbox's user can use what is made in
     it): tests that look for leftover temp dirs see their own, not those of a test running beside them."""
     import shutil
     import tempfile
