@@ -12,7 +12,7 @@ re-run with the same seed. Reported:
 - the share that were invalid (the overridden config fails sweeprl's validation) or had no effect (the resolved
   trainer config did not change).
 
-Targets (issue #11): >= 70 % improved, 0 % invalid or no-op. About 4 minutes on 2 idle cores.
+Targets: >= 70 % improved, 0 % invalid or no-op. About 4 minutes on 2 idle cores.
 """
 
 from __future__ import annotations

@@ -100,13 +100,13 @@ def log_completion_sample(run: TrialRun, path: Path, n: int = 200) -> None:
 def write_diagnosis(history: List[Dict[str, float]], resolved: Dict[str, Any], out: Path, sweep_params: Dict[str, str]):
     """Diagnose the run, write diagnosis.md/json into its dir, return the Diagnosis."""
     from sweeprl.analysis.diagnosis import diagnose, to_markdown
-    from sweeprl.analysis.history import RunHistory, config_values, normalise
+    from sweeprl.analysis.history import RunHistory, config_values, records_of
 
     config, algo = config_values(resolved)
     target_kl = (resolved.get("objective") or {}).get("target_kl")
     run = RunHistory(
         source=str(out),
-        records=[normalise(r, i) for i, r in enumerate(history)],
+        records=records_of(history),
         config=config,
         algo=algo,
         sweep_params=dict(sweep_params),

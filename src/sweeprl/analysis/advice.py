@@ -37,6 +37,45 @@ PATHS = {
     "reward_threshold": "reward.funcs.0.kwargs.reward_threshold",
 }
 PARAMS = tuple(PATHS)
+#: each parameter under its name in other tools' configs, for logs that are not sweeprl trials
+FOREIGN = {
+    "trl": {
+        "learning_rate": "learning_rate",
+        "kl_coef": "beta",
+        "temperature": "temperature",
+        "num_generations": "num_generations",
+        "max_grad_norm": "max_grad_norm",
+        "warmup_steps": "warmup_steps",
+        "max_completion_length": "max_completion_length",
+        "cliprange": "epsilon",
+    },
+    "verl": {
+        "learning_rate": "actor_rollout_ref.actor.optim.lr",
+        "kl_coef": "actor_rollout_ref.actor.kl_loss_coef",
+        "temperature": "actor_rollout_ref.rollout.temperature",
+        "num_generations": "actor_rollout_ref.rollout.n",
+        "max_grad_norm": "actor_rollout_ref.actor.grad_clip",
+        "warmup_steps": "actor_rollout_ref.actor.optim.lr_warmup_steps",
+        "max_completion_length": "data.max_response_length",
+        "cliprange": "actor_rollout_ref.actor.clip_ratio",
+    },
+    "openrlhf": {
+        "learning_rate": "--actor_learning_rate",
+        "kl_coef": "--init_kl_coef",
+        "temperature": "--temperature",
+        "num_generations": "--n_samples_per_prompt",
+        "max_grad_norm": "--max_norm",
+        "max_completion_length": "--generate_max_len",
+    },
+    "llamafactory": {
+        "learning_rate": "learning_rate",
+        "kl_coef": "pref_beta",
+        "max_grad_norm": "max_grad_norm",
+        "warmup_steps": "warmup_steps",
+    },
+}
+FOREIGN["unsloth"] = FOREIGN["trl"]
+FOREIGN["tinker"] = {"learning_rate": "learning_rate", "kl_coef": "kl_penalty_coef", "num_generations": "group_size"}
 PPO_ONLY = {"cliprange_value", "vf_coef", "kl_estimator"}
 INT_PARAMS = {"num_generations", "max_completion_length"}
 LOG_PARAMS = {"learning_rate", "kl_coef"}
@@ -50,6 +89,7 @@ class Change:
     factor: Optional[float] = None
     override: Optional[str] = None  # ready Hydra override(s), space-separated, when the config is known
     value: Any = None  # the new value
+    setting: Optional[str] = None  # the parameter's name in the tool that wrote a foreign log (TRL, verl ...)
 
 
 @dataclass
@@ -59,6 +99,7 @@ class Advice:
     algo: Optional[str] = None
     values: Dict[str, Any] = field(default_factory=dict)
     resolved: Optional[Dict[str, Any]] = None
+    framework: Optional[str] = None  # the tool whose log this is, when not a sweeprl trial
 
     def path(self, param: str) -> Optional[str]:
         return config_path(param, self.algo, self.resolved)
@@ -72,8 +113,9 @@ class Advice:
             return None
         current = self.current(param)
         c = Change(param, direction, factor)
-        if current is None and value is None:
-            return c  # a history without config: direction only
+        if current is None and value is None:  # a history without config: direction only, in the tool's terms
+            c.setting = FOREIGN.get(self.framework or "", {}).get(param)
+            return c
         extra: List[str] = []
         new = value if value is not None else _scaled(param, direction, factor or 1.0, current, self.algo)
         if param == "num_generations" and direction != "set" and current is not None:

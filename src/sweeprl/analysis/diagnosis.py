@@ -52,7 +52,8 @@ PRIORITY = (
         "kl_negative",
         "explained_variance_negative",
     ),
-    ("reward_flat", "updates_too_small", "reward_below_target"),
+    ("preference_overfit",),
+    ("reward_flat", "updates_too_small", "reward_below_target", "preference_no_learning"),
     ("mode_collapse", "reward_cv_high", "reward_variance_rising", "reward_variance_died", "best_of_n_gap"),
     ("truncation_high", "length_hacking"),
     ("short_history",),
@@ -74,6 +75,7 @@ class Diagnosis:
     next_sweep: Dict[str, Any] = field(default_factory=lambda: {"params": {}})
     objective: Optional[Dict[str, Any]] = None  # {"value", "terms"} of the default objective
     resolved_conflicts: List[str] = field(default_factory=list)
+    not_enough_evidence: List[str] = field(default_factory=list)  # candidates within the run's noise
 
     def as_dict(self) -> Dict[str, Any]:
         return {
@@ -82,6 +84,7 @@ class Diagnosis:
             "objective": self.objective,
             "findings": [f.as_dict() for f in self.findings],
             "resolved_conflicts": self.resolved_conflicts,
+            "not_enough_evidence": self.not_enough_evidence,
             "next_sweep": self.next_sweep,
         }
 
@@ -159,13 +162,34 @@ def run_objective(records: Sequence[Mapping[str, Any]], target_kl: float) -> Opt
     return {"value": res.value, "terms": res.terms, "target_kl": float(target_kl)}
 
 
+def preference_objective(records: Sequence[Mapping[str, Any]]) -> Optional[Dict[str, Any]]:
+    """What a preference-optimisation log is ranked by: its late-window pair accuracy (how often the policy
+    prefers the chosen answer by more than the reference does), else its late reward margin; None without
+    either (then the log has no reward signal)."""
+    for name, names in (("late_accuracy", keys.PREF_ACCURACY), ("late_margin", keys.PREF_MARGIN)):
+        c = curve(records, *names)
+        if c.n >= 2:
+            late = c.late(0.25).mean()
+            return {"value": late, "terms": {name: late}, "basis": "preference"}
+    return None
+
+
 def diagnose(run: RunHistory, thresholds: Optional[Thresholds] = None, target_kl_given: bool = False) -> Diagnosis:
     """All findings of one run. The run's own ``objective.target_kl`` is used unless ``target_kl_given``."""
     th = thresholds or Thresholds()
     algo = run.algo or infer_algo(run.records)
-    advice = Advice(algo=algo, values=dict(run.config), resolved=run.resolved)
+    advice = Advice(algo=algo, values=dict(run.config), resolved=run.resolved, framework=run.framework)
     target_kl = target_kl_for(run, th, algo, target_kl_given)
-    view = View(records=run.records, algo=algo, advice=advice, th=th, target_kl=target_kl)
+    known = target_kl_given or run.target_kl is not None or th.target_kl is not None
+    view = View(
+        records=run.records,
+        algo=algo,
+        advice=advice,
+        th=th,
+        target_kl=target_kl,
+        target_kl_known=known,
+        eval_records=run.eval_records,
+    )
     findings = [f for rule in RULES if (f := rule(view)) is not None]
     ids = {f.id for f in findings}
     dropped = {d for k, ds in SUPERSEDES.items() if k in ids for d in ds}
@@ -176,8 +200,9 @@ def diagnose(run: RunHistory, thresholds: Optional[Thresholds] = None, target_kl
         source=run.source,
         summary=summary(run, algo),
         findings=findings,
-        objective=run_objective(run.records, target_kl),
+        objective=preference_objective(run.records) if algo == "dpo" else run_objective(run.records, target_kl),
         resolved_conflicts=notes,
+        not_enough_evidence=list(dict.fromkeys(view.weak)),
     )
     d.next_sweep = next_sweep.from_run(run.sweep_params, d.changes(), advice.values, algo, run.resolved)
     return d
@@ -222,6 +247,8 @@ def summary(run: RunHistory, algo: Optional[str] = None, n_windows: int = 8) -> 
             ("reward_std", keys.REWARD_STD),
             ("kl", keys.KL),
             ("entropy", keys.ENTROPY),
+            ("margin", keys.PREF_MARGIN),
+            ("accuracy", keys.PREF_ACCURACY),
         ):
             c = curve(part, *names)
             if c:
@@ -233,6 +260,13 @@ def summary(run: RunHistory, algo: Optional[str] = None, n_windows: int = 8) -> 
         "config": run.config,
         "windows": rows,
         "stability": stability.run_metrics(recs) or None,
+        "columns": {
+            "format": run.format,
+            "framework": run.framework,
+            "used": run.used,
+            "ignored": run.ignored,
+            "eval_points": len(run.eval_records),
+        },
     }
 
 
@@ -250,7 +284,7 @@ def to_markdown(d: Diagnosis) -> str:
         f"{s['steps']} logged steps" + (f"; algo {s['algo']}" if s.get("algo") else "") + (f"; {cfg}" if cfg else "")
     )
     lines += ["", "## Summary", ""]
-    cols = ["window", "reward", "reward_var", "loss", "reward_std", "kl", "entropy"]
+    cols = ["window", "reward", "reward_var", "loss", "reward_std", "kl", "entropy", "margin", "accuracy"]
     cols = [c for c in cols if any(r.get(c) is not None for r in s["windows"])]
     lines.append("| " + " | ".join(cols) + " |")
     lines.append("|" + "---|" * len(cols))
@@ -264,12 +298,35 @@ def to_markdown(d: Diagnosis) -> str:
             f"dispersion {num(st['dispersion_time'], 3)}, short-term risk {num(st['short_term_risk'], 3)}, "
             f"long-term risk {num(st['long_term_risk'], 3)}.",
         ]
-    if d.objective:
+    columns = s.get("columns") or {}
+    if columns.get("format"):
+        shown = ", ".join(columns["used"][:14]) + (" ..." if len(columns["used"]) > 14 else "")
+        lines += [
+            "",
+            f"Read as {columns['format']}"
+            + (f" ({columns['framework']} names)" if columns.get("framework") else "")
+            + f": {len(columns['used'])} columns used ({shown})"
+            + (f"; {columns['eval_points']} eval points, read on their own" if columns.get("eval_points") else "")
+            + ".",
+        ]
+        if columns["ignored"]:
+            more = f" and {len(columns['ignored']) - 14} more" if len(columns["ignored"]) > 14 else ""
+            lines.append(f"Ignored (no rule reads them): {', '.join(columns['ignored'][:14])}{more}.")
+    if d.objective and d.objective.get("basis") == "preference":
+        ((term, value),) = d.objective["terms"].items()
+        lines += ["", f"Objective (preference): {term.replace('_', ' ')} {num(value, 4)}."]
+    elif d.objective:
         pens = ", ".join(f"{k} {num(v, 3)}" for k, v in d.objective["terms"].items() if k != "late_reward" and v)
         lines += [
             "",
             f"Objective (stability_adjusted): {num(d.objective['value'], 4)} = late reward "
             f"{num(d.objective['terms']['late_reward'], 4)}" + (f" − ({pens})" if pens else "") + ".",
+        ]
+    elif columns.get("format"):
+        lines += [
+            "",
+            "No reward signal in this log: it has no reward, pair accuracy or reward margin column, so it gets no "
+            "objective and no reward findings.",
         ]
     lines += ["", "## Findings", ""]
     if not d.findings:
@@ -285,6 +342,14 @@ def to_markdown(d: Diagnosis) -> str:
         overrides = [c["override"] for c in f.recommendation["changes"] if c.get("override")]
         if overrides:
             lines.append(f"   - overrides: `{' '.join(overrides)}`")
+        elif f.recommendation["changes"]:
+            lines.append(
+                f"   - in {columns.get('framework') or 'your config'}: "
+                + ", ".join(_direction_text(c) for c in f.recommendation["changes"])
+            )
+    if d.not_enough_evidence:
+        lines += ["", "Not enough evidence (within the run's own noise, so no finding):"]
+        lines += [f"- {n}" for n in d.not_enough_evidence]
     if d.resolved_conflicts:
         lines += ["", "Conflicting advice, resolved by confidence:"]
         lines += [f"- {n}" for n in d.resolved_conflicts]
@@ -303,6 +368,15 @@ def to_markdown(d: Diagnosis) -> str:
                 lines.append(f"#       {why}")
         lines.append("```")
     return "\n".join(lines) + "\n"
+
+
+def _direction_text(c: Mapping[str, Any]) -> str:
+    name = c.get("setting") or c["param"]
+    if c["direction"] == "set":
+        return f"`{name}` = {num(c['value'])}"
+    return f"`{name}` {'up' if c['direction'] == 'increase' else 'down'}" + (
+        f" (x{num(c['factor'])})" if c.get("factor") else ""
+    )
 
 
 def thresholds_from(pairs: Mapping[str, Any]) -> Thresholds:

@@ -1,16 +1,14 @@
 """Load a run's per-step metric history (and its config values when known) from any source.
 
-SOURCE may be: a trial directory (``metrics.jsonl`` + ``resolved_config.yaml``), a ``metrics.jsonl`` or any
-JSONL / CSV file of per-step (or per-epoch) records, a TRL ``trainer_state.json`` (its ``log_history``), or an
-MLflow run (``runs:/<id>`` or the bare 32-hex id; the tracking URI from ``--tracking-uri``, ``MLFLOW_TRACKING_URI``
-or the embedded ``./mlflow.db``). Keys are normalised to TRL's names; common aliases are understood.
+SOURCE may be: a trial directory (``metrics.jsonl`` + ``resolved_config.yaml``), a log file of another tool in any
+format :mod:`sweeprl.analysis.readers` reads (TRL ``trainer_state.json``, JSON/JSONL, CSV, console logs of TRL,
+verl, LLaMA-Factory, Unsloth ...), or an MLflow run (``runs:/<id>`` or the bare 32-hex id; the tracking URI from
+``--tracking-uri``, ``MLFLOW_TRACKING_URI`` or the embedded ``./mlflow.db``). Names become sweeprl's (TRL's) through
+the vocabulary of :mod:`sweeprl.analysis.keys`; evaluation records are kept apart from training.
 """
 
 from __future__ import annotations
 
-import csv
-import json
-import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -18,88 +16,60 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from sweeprl import trial_record
+from sweeprl.analysis import keys, readers
 from sweeprl.analysis.advice import PATHS, config_path, select
 
-ALIASES = {
-    "avg_reward": "reward",
-    "mean_reward": "reward",
-    "rewards/mean": "reward",
-    "train/reward": "reward",
-    "reward_mean": "reward",
-    "frac_zero_std": "frac_reward_zero_std",
-    "grad": "grad_norm",
-    "gradient_norm": "grad_norm",
-    "lr": "learning_rate",
-    "avg_loss": "loss",
-    "train_loss": "loss",
-    "mean_length": "completions/mean_length",
-    "completion_length": "completions/mean_length",
-    "clipped_ratio": "completions/clipped_ratio",
-    "best_of_n": "reward_best_of_n",
-}
 RUN_ID = re.compile(r"^(runs:/)?([0-9a-f]{32})/?$")
 
 
 @dataclass
 class RunHistory:
     source: str
-    records: List[Dict[str, float]]
+    records: List[Dict[str, float]]  # training records
     config: Dict[str, Any] = field(default_factory=dict)  # param name (sweeprl.analysis.advice.PATHS) -> value
     algo: Optional[str] = None
     sweep_params: Dict[str, str] = field(default_factory=dict)  # the search space the run came from
     trial_dir: Optional[str] = None
     target_kl: Optional[float] = None  # the run's objective.target_kl, when known
     resolved: Optional[Dict[str, Any]] = None  # the run's whole resolved sweeprl config, when known
+    eval_records: List[Dict[str, float]] = field(default_factory=list)  # evaluation, analysed on its own
+    format: Optional[str] = None  # how the file was read (readers.parse), for a file source
+    framework: Optional[str] = None  # whose metric names it has, when one tool's matched
+    used: List[str] = field(default_factory=list)  # the columns the diagnosis read
+    ignored: List[str] = field(default_factory=list)  # numeric columns it did not
 
 
 def infer_algo(records: List[Dict[str, float]]) -> Optional[str]:
-    """The algorithm a history without config comes from, by its metric names: PPO's classic names, else
-    TRL's GRPO/RLOO names, else unknown."""
-    names = {k for r in records[:50] for k in r}
-    if names & {"objective/kl", "objective/scores", "loss/value_avg", "policy/approxkl_avg"}:
+    """The algorithm family of a history without config, from evidence in its metrics (not one column name):
+    preference optimisation (``dpo``) when it logs chosen/rejected rewards, ``ppo`` when it has a learned value
+    function (a critic's loss or explained variance) or TRL's per-sequence ``objective/kl``, ``grpo`` (critic-free
+    RL: GRPO, RLOO, REINFORCE++, DAPO) when it logs group statistics, a per-token KL, a clip ratio or completion
+    lengths without a critic; else None (a reward and a loss alone do not tell)."""
+    names = {k for r in records[:200] for k in r}
+    if names & set(keys.PREFERENCE):
+        return "dpo"
+    if names & (set(keys.VALUE_FUNCTION) | {"objective/kl", "objective/scores"}):
         return "ppo"
-    if names & {"frac_reward_zero_std", "kl", "completions/mean_length", "clip_ratio/region_mean"}:
+    if names & {*keys.ZERO_STD, *keys.REWARD_STD, "kl", *keys.CLIP_FRACTION, *keys.COMPLETION_LENGTH}:
         return "grpo"
     return None
 
 
-def normalise(record: Dict[str, Any], index: int) -> Dict[str, float]:
-    """Numeric fields only, aliases mapped, ``reward_var`` turned into ``reward_std``, ``step`` guaranteed."""
-    out: Dict[str, float] = {}
-    for key, value in record.items():
-        try:
-            num = float(value)
-        except (TypeError, ValueError):
-            continue
-        key = ALIASES.get(key, key)
-        if key == "reward_var":
-            out["reward_std"] = math.sqrt(num) if num >= 0 else float("nan")
-            continue
-        out.setdefault(key, num)
-    if "step" not in out:
-        out["step"] = (
-            float(record.get("epoch", index + 1)) if "epoch" in record and "step" not in record else float(index + 1)
-        )
-    return out
+def records_of(rows: List[Dict[str, Any]]) -> List[Dict[str, float]]:
+    """sweeprl's own per-step rows (metrics.jsonl, MLflow) as training records."""
+    return readers.normalise(rows).train
 
 
-def _records(rows: List[Dict[str, Any]]) -> List[Dict[str, float]]:
-    return [normalise(r, i) for i, r in enumerate(rows)]
-
-
-def from_jsonl(path: Path) -> List[Dict[str, float]]:
-    return _records([json.loads(line) for line in path.read_text().splitlines() if line.strip()])
-
-
-def from_csv(path: Path) -> List[Dict[str, float]]:
-    with path.open(newline="") as fh:
-        return _records(list(csv.DictReader(fh)))
-
-
-def from_trainer_state(path: Path) -> List[Dict[str, float]]:
-    state = json.loads(path.read_text())
-    rows = [r for r in state.get("log_history", []) if "train_runtime" not in r]
-    return _records(rows)
+def _from_log(source: str, log: "readers.Log") -> RunHistory:
+    return RunHistory(
+        source=source,
+        records=log.train,
+        eval_records=log.eval,
+        format=log.format,
+        framework=log.framework,
+        used=log.used,
+        ignored=log.ignored,
+    )
 
 
 def config_values(resolved: Dict[str, Any]) -> tuple[Dict[str, Any], Optional[str]]:
@@ -121,7 +91,7 @@ def _trial_dir(path: Path) -> RunHistory:
         raise FileNotFoundError(
             f"{path} is a directory without {trial_record.METRICS} (not a sweeprl trial or run dir)"
         )
-    run = RunHistory(source=str(path), records=_records(trial_record.read_metrics(path)), trial_dir=str(path))
+    run = RunHistory(source=str(path), records=records_of(trial_record.read_metrics(path)), trial_dir=str(path))
     resolved = trial_record.read_resolved_config(path)
     if resolved is not None:
         run.config, run.algo = config_values(resolved)
@@ -178,7 +148,7 @@ def _mlflow_run(run_id: str, tracking_uri: Optional[str]) -> RunHistory:
     target_kl = ((whole or resolved).get("objective") or {}).get("target_kl")
     return RunHistory(
         source=f"runs:/{run_id}",
-        records=_records(rows),
+        records=records_of(rows),
         config=config,
         algo=algo,
         target_kl=float(target_kl) if target_kl is not None else None,
@@ -214,20 +184,10 @@ def load(source: str, tracking_uri: Optional[str] = None) -> RunHistory:
     if path.is_dir():
         return _trial_dir(path)
     if path.is_file():
-        name = path.name.lower()
-        if name == "trainer_state.json":
-            return RunHistory(source=source, records=from_trainer_state(path))
-        if name.endswith(".csv"):
-            return RunHistory(source=source, records=from_csv(path))
-        if name.endswith((".jsonl", ".json")):
-            if path.name == trial_record.METRICS and trial_record.read_resolved_config(path.parent) is not None:
-                return _trial_dir(path.parent)
-            text = path.read_text().lstrip()
-            if text.startswith("{") and '"log_history"' in text[:100000]:
-                return RunHistory(source=source, records=from_trainer_state(path))
-            return RunHistory(source=source, records=from_jsonl(path))
-        raise ValueError(f"{source}: unsupported file type (expected .jsonl, .json, .csv or trainer_state.json)")
+        if path.name == trial_record.METRICS and trial_record.read_resolved_config(path.parent) is not None:
+            return _trial_dir(path.parent)
+        return _from_log(source, readers.read(path))
     m = RUN_ID.match(source)
     if m:
         return _mlflow_run(m.group(2), tracking_uri)
-    raise FileNotFoundError(f"{source}: not a trial directory, metrics file, trainer_state.json or MLflow run id")
+    raise FileNotFoundError(f"{source}: not a trial directory, log file or MLflow run id")

@@ -1,7 +1,8 @@
 """The metric vocabulary: which logged keys hold which quantity, for every algorithm sweeprl reads.
 
 TRL's GRPO/RLOO names come first, then the classic PPO names (sweeprl's own PPO logs those). Histories from
-other tools are mapped onto these names by :mod:`sweeprl.analysis.history` (``ALIASES``).
+other tools are mapped onto these names by :data:`VOCABULARY` (one row per framework and name), which the
+readers (:mod:`sweeprl.analysis.readers`) apply.
 """
 
 from __future__ import annotations
@@ -43,3 +44,160 @@ def non_finite_steps(history: Sequence[Mapping[str, Any]]) -> List[int]:
                 out.append(int(rec.get("step", i + 1)))
                 break
     return out
+
+
+# ------------------------------------------------------------------------------------- other tools' names
+#: Preference optimisation (TRL's DPO/ORPO/KTO/CPO names; LLaMA-Factory logs the same)
+PREF_CHOSEN = ("rewards/chosen",)
+PREF_REJECTED = ("rewards/rejected",)
+PREF_MARGIN = ("rewards/margins",)
+PREF_ACCURACY = ("rewards/accuracies",)
+PREFERENCE = (*PREF_CHOSEN, *PREF_REJECTED, *PREF_MARGIN, *PREF_ACCURACY, "logps/chosen", "logps/rejected")
+#: evidence of a learned value function (PPO-style): a critic's loss or explained variance
+VALUE_FUNCTION = (*VALUE_LOSS, *EXPLAINED_VARIANCE, "val/vpred", "critic/values/mean")
+
+#: (framework, its name, sweeprl's key): every foreign name sweeprl reads, in one table. TRL's own names (the
+#: groups above) need no row. A name a rule reads that is missing here is ignored, and the diagnosis says so.
+VOCABULARY = (
+    # TRL, older releases and other trainers
+    ("trl", "completion_length", "completions/mean_length"),
+    ("trl", "rewards/mean", "reward"),
+    ("trl", "policy/entropy_avg", "entropy"),
+    ("trl", "env/reward_mean", "reward"),  # the classic PPOTrainer (before 0.12)
+    ("trl", "ppo/mean_scores", "objective/scores"),
+    ("trl", "ppo/loss/total", "loss"),
+    ("trl", "ppo/loss/value", "loss/value_avg"),
+    ("trl", "ppo/policy/approxkl", "policy/approxkl_avg"),
+    ("trl", "ppo/policy/clipfrac", "policy/clipfrac_avg"),
+    ("trl", "ppo/policy/entropy", "objective/entropy"),
+    ("trl", "ppo/val/var_explained", "val/explained_var"),
+    ("trl", "tokens/responses_len_mean", "completions/mean_length"),
+    # verl (console ``key:value`` lines or JSON with a nested ``data`` dict)
+    ("verl", "critic/score/mean", "reward"),
+    ("verl", "critic/score/std", "reward_std"),
+    ("verl", "actor/entropy", "entropy"),
+    ("verl", "actor/entropy_loss", "entropy"),
+    ("verl", "actor/kl_loss", "kl"),
+    ("verl", "critic/kl", "kl"),
+    ("verl", "actor/reward_kl_penalty", "kl"),
+    ("verl", "actor/ppo_kl", "policy/approxkl_avg"),
+    ("verl", "actor/pg_clipfrac", "clip_ratio/region_mean"),
+    ("verl", "actor/pg_loss", "loss"),
+    ("verl", "actor/grad_norm", "grad_norm"),
+    ("verl", "critic/vf_loss", "loss/value_avg"),
+    ("verl", "critic/vf_explained_var", "val/explained_var"),
+    ("verl", "response_length/mean", "completions/mean_length"),
+    ("verl", "response_length/clip_ratio", "completions/clipped_ratio"),
+    ("verl", "actor/lr", "learning_rate"),
+    # OpenRLHF
+    ("openrlhf", "policy_loss", "loss"),
+    ("openrlhf", "critic_loss", "loss/value_avg"),
+    ("openrlhf", "response_length", "completions/mean_length"),
+    ("openrlhf", "actor_lr", "learning_rate"),
+    ("openrlhf", "policy_entropy", "entropy"),
+    ("openrlhf", "ppo_clip_ratio", "clip_ratio/region_mean"),
+    # LLaMA-Factory (trainer_log.jsonl)
+    # Tinker (tinker-cookbook metrics.jsonl; its optim/kl_sample_train_* compare sampler and trainer, not the
+    # reference, so they are not read as KL)
+    ("tinker", "env/all/reward/total", "reward"),
+    ("tinker", "optim/entropy", "entropy"),
+    ("tinker", "optim/lr", "learning_rate"),
+    ("tinker", "env/all/by_group/frac_mixed", "env/all/by_group/frac_mixed"),  # 1 - frac_reward_zero_std
+    # mlx-lm (``Iter 31: Train loss 0.002, Chosen reward -5.4, ...``)
+    ("mlx", "chosen_reward", "rewards/chosen"),
+    ("mlx", "rejected_reward", "rewards/rejected"),
+    # experiment-tracker exports and hand-written loops
+    ("custom", "avg_reward", "reward"),
+    ("custom", "mean_reward", "reward"),
+    ("custom", "reward_mean", "reward"),
+    ("custom", "rewards", "reward"),
+    ("custom", "score", "reward"),
+    ("custom", "frac_zero_std", "frac_reward_zero_std"),
+    ("custom", "zero_advantage_fraction", "frac_reward_zero_std"),
+    ("custom", "grad", "grad_norm"),
+    ("custom", "gradient_norm", "grad_norm"),
+    ("custom", "avg_loss", "loss"),
+    ("custom", "train_loss", "loss"),
+    ("custom", "grpo_loss", "loss"),
+    ("custom", "loss_kl", "kl"),
+    ("custom", "kl_div", "kl"),
+    ("custom", "policy_entropy_mean", "entropy"),
+    ("custom", "entropy_mean", "entropy"),
+    ("custom", "value_loss", "loss/value_avg"),
+    ("custom", "clip_fraction", "clip_ratio/region_mean"),
+    ("custom", "clipfrac", "clip_ratio/region_mean"),
+    ("custom", "clip_frac", "clip_ratio/region_mean"),
+    ("custom", "lr", "learning_rate"),  # LLaMA-Factory's trainer_log.jsonl too
+    ("custom", "approx_kl", "policy/approxkl_avg"),
+    ("custom", "mean_length", "completions/mean_length"),
+    ("custom", "completion_length_mean", "completions/mean_length"),
+    ("custom", "clipped_ratio", "completions/clipped_ratio"),
+    ("custom", "truncation_rate", "completions/clipped_ratio"),
+    ("custom", "best_of_n", "reward_best_of_n"),
+    ("custom", "reward_var", "reward_var"),  # turned into reward_std by the reader
+    ("custom", "kl_ref", "kl"),
+    ("custom", "std_reward", "reward_std"),
+    ("custom", "reward_std_mean", "reward_std"),
+    ("custom", "rewards_std", "reward_std"),
+    ("custom", "token_entropy", "entropy"),
+    ("custom", "dist_entropy", "entropy"),  # the PPO/A2C reference implementations' name
+    ("custom", "action_loss", "loss"),
+    # DeepSpeed-Chat step 3 (``epoch: 0|step: 12|ppo_ep: 1|act_loss: ...|cri_loss: ...``, ``average reward score``)
+    ("deepspeed", "act_loss", "loss/policy_avg"),
+    ("deepspeed", "cri_loss", "loss/value_avg"),
+    ("custom", "actor_loss", "loss"),
+)
+ALIASES = {theirs: ours for _, theirs, ours in VOCABULARY}
+#: step counters, in order of preference (TRL/HF, LLaMA-Factory, wandb, verl/Ray)
+STEP_KEYS = (
+    "step",
+    "global_step",
+    "global_steps",
+    "current_steps",
+    "trainer/global_step",
+    "_step",
+    "training_iteration",
+    "iteration",
+    "iter",
+)
+#: bookkeeping columns that are no metric: never reported as ignored
+BOOKKEEPING = {
+    "epoch",
+    "total_steps",
+    "percentage",
+    "elapsed_time",
+    "remaining_time",
+    "total_flos",
+    "_runtime",
+    "_timestamp",
+    "timestamp",
+    "time",
+    "step_time",
+    "train_runtime",
+    "train_samples_per_second",
+    "train_steps_per_second",
+    "num_tokens",
+    "phase",
+    "split",
+    "mode",
+    *STEP_KEYS,
+}
+#: every sweeprl key a rule or the objective reads
+READ = {
+    *REWARD,
+    *REWARD_STD,
+    *BEST_OF_N,
+    *KL,
+    *ENTROPY,
+    *LOSS,
+    *VALUE_LOSS,
+    *GRAD_NORM,
+    *ZERO_STD,
+    *CLIP_FRACTION,
+    *APPROX_KL,
+    *EXPLAINED_VARIANCE,
+    *COMPLETION_LENGTH,
+    *TRUNCATED,
+    *PREFERENCE,
+    "learning_rate",
+}

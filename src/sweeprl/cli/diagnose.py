@@ -1,8 +1,8 @@
 """``python -m sweeprl diagnose SOURCE``: the post-mortem of one run.
 
-SOURCE: a trial/run directory, a metrics JSONL/CSV file, a TRL ``trainer_state.json``, or an MLflow run id
-(``runs:/<id>`` or the bare id). Prints markdown (default) or JSON; ``--out DIR`` also writes
-``diagnosis.md`` and ``diagnosis.json`` there.
+SOURCE: a trial/run directory, an MLflow run id (``runs:/<id>`` or the bare id), or another tool's log: TRL's
+``trainer_state.json``, JSON/JSONL/CSV exports, console logs of TRL, Unsloth, LLaMA-Factory, verl or mlx.
+Prints markdown (default) or JSON; ``--out DIR`` also writes ``diagnosis.md`` and ``diagnosis.json`` there.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def main(argv: List[str]) -> int:
     try:
         th = thresholds_from(pairs)
         run = load(args.source, tracking_uri=args.tracking_uri)
-    except (ValueError, FileNotFoundError) as exc:
+    except (ValueError, FileNotFoundError) as exc:  # readers.LogFormatError is a ValueError
         print(f"sweeprl diagnose: {exc}", file=sys.stderr)
         return 2
     if not run.records:

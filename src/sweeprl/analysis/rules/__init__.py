@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Callable, Optional
 
 from sweeprl.analysis.rules.base import SHORT, Finding, Thresholds, View
+from sweeprl.analysis.rules.length import f_length_hacking, f_truncation_high
 from sweeprl.analysis.rules.optimization import (
     f_explained_variance_negative,
     f_grad_norm_spike,
@@ -30,9 +31,9 @@ from sweeprl.analysis.rules.policy import (
     f_kl_negative,
     f_updates_too_small,
 )
+from sweeprl.analysis.rules.preference import f_preference_no_learning, f_preference_overfit
 from sweeprl.analysis.rules.reward import (
     f_best_of_n_gap,
-    f_length_hacking,
     f_mode_collapse,
     f_reward_below_target,
     f_reward_collapse,
@@ -42,7 +43,6 @@ from sweeprl.analysis.rules.reward import (
     f_reward_variance_died,
     f_reward_variance_rising,
     f_short_history,
-    f_truncation_high,
 )
 
 __all__ = ["FINDING_IDS", "RULES", "SHORT", "Finding", "Thresholds", "View"]
@@ -72,6 +72,8 @@ RULES: tuple[Callable[[View], Optional[Finding]], ...] = (
     f_updates_too_small,
     f_length_hacking,
     f_truncation_high,
+    f_preference_overfit,
+    f_preference_no_learning,
     f_short_history,
 )
 FINDING_IDS = tuple(fn.__name__[2:] for fn in RULES)

@@ -10,7 +10,7 @@ import numpy as np
 
 from sweeprl.analysis import keys
 from sweeprl.analysis.advice import Advice, as_dicts
-from sweeprl.analysis.curves import Curve, curve, mann_kendall
+from sweeprl.analysis.curves import Curve, curve, mann_kendall, noise_per_step
 from sweeprl.formatting import num
 
 SHORT = 12  # histories with fewer logged points than this are "short": person-sized evidence
@@ -73,6 +73,9 @@ class View:
     advice: Advice
     th: Thresholds
     target_kl: float
+    target_kl_known: bool = True  # False: the default target for a log without config (foreign logs)
+    weak: List[str] = field(default_factory=list)  # candidates below the evidence bar, as notes
+    eval_records: List[Dict[str, float]] = field(default_factory=list)  # evaluation, read on its own
     _cache: Dict[Any, Curve] = field(default_factory=dict)
 
     def c(self, names: Sequence[str]) -> Curve:
@@ -80,6 +83,9 @@ class View:
         if key not in self._cache:
             self._cache[key] = curve(self.records, *names)
         return self._cache[key]
+
+    def eval_curve(self, names: Sequence[str]) -> Curve:
+        return curve(self.eval_records, *names)
 
     @property
     def reward(self) -> Curve:
@@ -104,6 +110,141 @@ class View:
         ratio = abs(value / threshold) if threshold else 2.0
         conf = base + 0.3 * (ratio - 1) - (0.1 if self.short else 0.0)
         return float(min(0.99, max(0.5, conf)))
+
+
+def one_sided_p(z: float, df: Optional[int] = None) -> float:
+    """P(T > z): Student's t with ``df`` degrees of freedom (the noise estimated from that many residuals; a
+    short log's noise estimate is itself uncertain), a standard normal when ``df`` is None."""
+    if df is None or df >= 200:
+        return 0.5 * math.erfc(z / math.sqrt(2))
+    from scipy.stats import t
+
+    return float(t.sf(z, max(1, df)))
+
+
+def pval(p: float) -> str:
+    """``p=0.031`` / ``p<1e-06`` for evidence text."""
+    return "p<1e-06" if p < 1e-6 else f"p={p:.2g}"
+
+
+def _noise_df(c: Curve) -> int:
+    """Degrees of freedom of the noise estimate: the interior points of the curve, less one."""
+    return max(1, c.n - 3)
+
+
+def level_test(c: Curve, high: Curve, low: Curve, tests: int = 1) -> tuple[float, float]:
+    """(z, p): is the mean of ``high`` above the mean of ``low`` by more than the curve's own noise explains?
+    The noise of one logged point comes from the whole curve (:func:`noise_per_step`, per point), the standard
+    error from the points each window holds; ``tests`` corrects p for a window picked among that many (the peak
+    block among 10: Bonferroni). A confidence quoted with a finding is ``1 - p``."""
+    if not high or not low:
+        return 0.0, 1.0
+    per_point = noise_per_step(c) / math.sqrt(max(c.gap, 1e-12))
+    diff = float(high.values.mean() - low.values.mean())
+    if per_point <= 0:
+        return (math.inf, 0.0) if diff > 0 else (0.0, 1.0)
+    z = diff / (per_point * math.sqrt(1 / high.n + 1 / low.n))
+    return z, min(1.0, tests * one_sided_p(z, _noise_df(c)))
+
+
+def below_zero(c: Curve, window: Curve) -> tuple[float, float]:
+    """(z, p): is the mean of ``window`` below 0 by more than the curve's noise explains?"""
+    per_point = noise_per_step(c) / math.sqrt(max(c.gap, 1e-12))
+    if not window or per_point <= 0:
+        return 0.0, 1.0
+    z = -float(window.values.mean()) / (per_point / math.sqrt(window.n))
+    return z, one_sided_p(z, _noise_df(c))
+
+
+def evidence_confidence(p: float, short: bool = False) -> float:
+    """The confidence of a finding backed by a test with this p-value: 1 - p, in [0.5, 0.99] (0.1 less on a
+    short history, whose noise estimate rests on a few points)."""
+    return float(min(0.99, max(0.5, 1.0 - p - (0.1 if short else 0.0))))
+
+
+def spike_points(v: View, c: Curve) -> List[int]:
+    """Indices of the points of ``c`` (a gradient norm, a value loss) above ``spike_factor`` x the upper quartile
+    of the values before them on steps with a learning signal: a sparse reward makes a gradient norm bimodal (~0
+    where every group scored alike), so neither the median nor those steps are a baseline. A jump that lasts
+    (the next points stay above a third of it) while the reward rises is the run starting to learn, not a spike."""
+    warm = max(3, math.ceil(0.05 * c.n))
+    zs = {float(r["step"]): r.get("frac_reward_zero_std") for r in v.records if "step" in r}
+    signal = np.array([zs.get(float(s)) is None or zs[float(s)] < 1.0 for s in c.steps])
+    r = v.reward
+    idx = []
+    for i in range(warm, c.n):
+        prev = c.values[:i][signal[:i]] if signal[:i].sum() >= 3 else c.values[:i]
+        base = float(np.percentile(prev, 75))
+        if base <= 0 or c.values[i] <= v.th.spike_factor * base:
+            continue
+        after = c.values[i + 1 : i + 4]
+        if after.size >= 2 and float(np.median(after)) >= c.values[i] / 3 and r:
+            before_r, after_r = r.slice(r.steps < c.steps[i]), r.slice(r.steps >= c.steps[i])
+            if before_r and after_r and after_r.mean() >= before_r.mean():
+                continue
+        idx.append(i)
+    return idx
+
+
+def update_size(v: View) -> tuple[Optional[str], str]:
+    """What the log says about the size of the policy updates: ``("large", evidence)`` when they moved the
+    policy a lot (entropy rose past its threshold, KL far above its target and rising, clip fraction or approx-KL
+    high, gradient-norm spikes), ``("small", evidence)`` when they barely moved it (KL to the reference and
+    approx-KL tiny, entropy and clip fraction still), ``(None, why)`` when the log has no measure of it. A
+    learning-rate direction needs this evidence: the shape of the reward alone does not tell a step too large
+    from a reward that stopped separating samples."""
+    th = v.th
+    large: List[str] = []
+    ent = v.c(keys.ENTROPY)
+    if ent.n >= 3 and ent.early(th.window).mean() > 0:
+        e0, e1 = ent.early(th.window).mean(), ent.late(th.window).mean()
+        first = float(ent.values[0])
+        if e1 / e0 - 1 >= th.entropy_rise:
+            large.append(f"entropy {num(e0, 3)} -> {num(e1, 3)}")
+        elif first > 0 and float(ent.values.max()) / first - 1 >= 2 * th.entropy_rise:
+            large.append(f"entropy spiked {num(first, 3)} -> {num(float(ent.values.max()), 3)}")
+        elif 1 - e1 / e0 >= th.entropy_drop and v.reward.n >= 3 and flat_shape(v) is not None:
+            large.append(f"entropy {num(e0, 3)} -> {num(e1, 3)} while the reward did not rise")
+        elif 1 - e1 / e0 >= th.entropy_drop and v.reward.n >= 3 and shape(v)["late"] < shape(v)["start"]:
+            large.append(f"entropy {num(e0, 3)} -> {num(e1, 3)} while the reward fell")
+    kl = v.c(keys.KL)
+    if kl.n >= 3:
+        late = float(np.median(kl.late(th.window).values))
+        z, p = trend_test(v, kl)
+        if late > 5 * v.target_kl or (late > v.target_kl and z is not None and z > 0 and p < 0.05):
+            large.append(f"KL to the reference {num(late, 3)} (target {num(v.target_kl, 3)})")
+    cf = v.c(keys.CLIP_FRACTION)
+    if cf.n >= 3 and cf.late(th.window).mean() >= th.clip_fraction:
+        large.append(f"clip fraction {num(cf.late(th.window).mean(), 3)}")
+    akl = v.c(keys.APPROX_KL)
+    if akl.n >= 3 and akl.late(th.window).mean() > 0.05:
+        large.append(f"approx-KL {num(akl.late(th.window).mean(), 3)}")
+    gn = v.c(keys.GRAD_NORM)
+    if gn.n >= 6 and len(spikes := spike_points(v, gn)) >= 2:
+        large.append(f"{len(spikes)} gradient-norm spikes")
+    direct_small = []  # direct measures of the step: they outweigh the entropy, which the objective moves too
+    if cf.n >= 3 and cf.mean() < 0.01:
+        direct_small.append(f"clip fraction {num(cf.late(th.window).mean(), 2)}")
+    if akl.n >= 3 and abs(akl.mean()) < 0.01:
+        direct_small.append(f"approx-KL {num(akl.mean(), 2)}")
+    if large and len(large) == 1 and large[0].startswith("entropy") and direct_small:
+        return None, f"{large[0]}, but {' and '.join(direct_small)} show small steps: the objective moved it"
+    if large:
+        return "large", "; ".join(large)
+    small: List[str] = []
+    if kl.n >= 3 and float(np.abs(kl.late(th.window).values).mean()) < 0.1 * v.target_kl:
+        small.append(f"KL to the reference {num(float(np.abs(kl.values).max()), 2)} at most")
+    if akl.n >= 3 and akl.mean() < th.approx_kl_small:
+        small.append(f"approx-KL {num(akl.mean(), 2)}")
+    if not (kl.n >= 3 or akl.n >= 3) and ent.n >= 6 and float(ent.values[0]) > 0:
+        e0, e1 = ent.early(th.window).mean(), ent.late(th.window).mean()
+        if abs(e1 / e0 - 1) < 0.05:  # no KL logged: an entropy that never moved is the evidence left
+            small.append(f"entropy {num(e0, 3)} -> {num(e1, 3)}")
+    if small and policy_moved(v) is None:
+        return "small", "; ".join(small)
+    if kl.n or akl.n or ent.n or cf.n or gn.n:
+        return None, "the KL, entropy, clip fraction and gradient norm in the log show neither large nor tiny updates"
+    return None, "the log has no KL, entropy, clip fraction or gradient norm to tell the size of the updates"
 
 
 def first_sustained(mask: np.ndarray, k: int) -> Optional[int]:
@@ -147,6 +288,35 @@ def shape(v: View) -> Dict[str, float]:
         "gain": peak - start,
         "scale": scale,
     }
+
+
+def saturated(v: View) -> Optional[str]:
+    """Evidence, as text, that the reward is at its ceiling: a 0-1 reward at 0.9 or more in the late window, or
+    groups that score alike (``frac_reward_zero_std`` >= 0.5) with the reward near its best after a real gain.
+    Such a run has nothing left to learn from these prompts: a sharpened policy and a flat reward are what it
+    should show."""
+    r = v.reward
+    if r.n < 3:
+        return None
+    late = r.late(v.th.window).mean()
+    if r.values.min() >= 0 and r.values.max() <= 1 and late >= 0.9:
+        return f"the reward is at {num(late, 3)} on a 0-1 scale"
+    zs, s = v.c(keys.ZERO_STD), shape(v)
+    learned = s["gain"] >= 2 * v.th.flat_gain * s["scale"] and late >= s["start"] + 0.8 * s["gain"]
+    if zs.n >= 3 and zs.late(v.th.window).mean() >= 0.5 and learned:  # not a collapse at a low reward
+        return f"{zs.late(v.th.window).mean():.0%} of groups score alike with the reward at its best ({num(late, 3)})"
+    return None
+
+
+def eval_rising(v: View) -> Optional[str]:
+    """Evidence, as text, that the eval reward rises (Mann-Kendall, p < 0.05, or first vs last beyond noise)."""
+    ev = v.eval_curve(keys.REWARD)
+    if ev.n < 4:
+        return None
+    z, p = mann_kendall(ev.values)
+    if z > 0 and p < 0.05:
+        return f"the eval reward rises ({num(float(ev.values[0]), 3)} -> {num(float(ev.values[-1]), 3)}, {pval(p)})"
+    return None
 
 
 def policy_moved(v: View) -> Optional[str]:
@@ -200,4 +370,14 @@ def flat_shape(v: View) -> Optional[Dict[str, float]]:
     (twice that at its best); None for a run that moved."""
     s = shape(v)
     moved = abs(s["late"] - s["start"]) >= v.th.flat_gain * s["scale"] or s["gain"] >= 2 * v.th.flat_gain * s["scale"]
+    if moved and v.reward.n >= SHORT:  # moved by the scale; but beyond the noise? (a reward of a few samples a
+        r = v.reward  # step swings by far more than its scale suggests)
+        blocks = r.blocks(10)
+        first = r.slice(r.steps <= blocks.steps[0] + 0.5 * r.block_steps(10))
+        late = r.late(v.th.window)
+        _, p_up = level_test(r, late, first)
+        _, p_down = level_test(r, first, late)
+        peak = r.slice(np.abs(r.steps - s["peak_step"]) <= 0.5 * r.block_steps(10))
+        _, p_peak = level_test(r, peak, first, tests=blocks.n)
+        moved = min(p_up, p_down) * 2 < 0.05 or p_peak < 0.05
     return None if moved else s

@@ -8,16 +8,55 @@ from typing import List, Optional
 import numpy as np
 
 from sweeprl.analysis import keys
-from sweeprl.analysis.curves import Curve
-from sweeprl.analysis.rules.base import Finding, View, first_sustained
-from sweeprl.analysis.stability import spike_indices
+from sweeprl.analysis.curves import Curve, noise_per_step
+from sweeprl.analysis.rules.base import Finding, View, first_sustained, level_test, spike_points
 from sweeprl.formatting import num
 
 
 def f_non_finite(v: View) -> Optional[Finding]:
+    """NaN/inf in a watched metric. Steps where only the gradient norm is non-finite while the loss and reward
+    stay finite, and the run goes on finite, are fp16 loss-scale overflows the optimizer skipped (information);
+    anything else is a blow-up."""
     bad = keys.non_finite_steps(v.records)
     if not bad:
         return None
+    watched = [k for k in keys.FINITE_WATCH if k not in keys.GRAD_NORM]
+    by_step = {int(r.get("step", i + 1)): r for i, r in enumerate(v.records)}
+
+    def finite(rec, names) -> bool:
+        vals = [rec.get(k) for k in names if rec.get(k) is not None]
+        return all(math.isfinite(float(x)) for x in vals)
+
+    skipped = all(finite(by_step[s], watched) for s in bad if s in by_step)
+    last = v.records[-1]
+    if skipped and finite(last, keys.FINITE_WATCH):
+        return Finding(
+            "non_finite",
+            "info",
+            f"gradient norm NaN/inf at {len(bad)} of {len(v.records)} logged steps (first at step {bad[0]}) with the "
+            "loss and reward finite, and the run went on finite",
+            bad[:20],
+            "fp16 loss-scale overflow: the optimizer skipped those steps and lowered the scale (no weight update)",
+            v.rec("Nothing to change; bf16, where the GPU has it, avoids the skipped steps."),
+            confidence=0.8,
+            onset=bad[0],
+        )
+    first_updates = sum(1 for r in v.records if r.get("step", 0) <= bad[0]) <= 3
+    if first_updates:  # no update can have grown too large yet: the loss, the data or the precision is at fault
+        return Finding(
+            "non_finite",
+            "critical",
+            f"NaN/inf from step {bad[0]}, among the first logged steps ({len(bad)} of {len(v.records)} steps)",
+            bad[:20],
+            "a NaN before the updates could grow: the loss or reward computes NaN on some inputs (empty or "
+            "truncated answers, a log of 0), or the precision overflows (fp16)",
+            v.rec(
+                "Find the batch that gives NaN (empty/truncated samples, a reward returning NaN); train in bf16 or "
+                "fp32. Lowering the learning rate will not fix a NaN at the first steps."
+            ),
+            confidence=0.95,
+            onset=bad[0],
+        )
     return Finding(
         "non_finite",
         "critical",
@@ -56,11 +95,17 @@ def _loss_spikes(v: View, c: Curve) -> tuple[List[int], float]:
                 out.append(i)
                 ratio = max(ratio, abs(x[i]) / med)
         return out, ratio
-    for i in range(1, n):  # a positive loss (SFT-style, value loss, epoch tables): a jump above its running level
+    # a positive loss (SFT-style, value loss, preference losses, epoch tables): a jump above its running level,
+    # and beyond the loss's own noise (a DPO loss over 2-4 pairs a step swings by half its level and back)
+    noise = noise_per_step(c) / math.sqrt(max(c.gap, 1e-12))
+    for i in range(1, n):
         level = float(np.median(x[:i]))
         usual = float(np.median(np.abs(np.diff(x[:i])))) if i >= 3 else 0.0
         rise = float(x[i] - x[i - 1])
-        if level > 0 and rise > max(3 * usual, th.loss_jump * level) and x[i] > (1 + th.loss_jump) * level:
+        # beyond the noise, or lasting: the next points stay above halfway (a noisy loss swings back at once)
+        lasting = i + 1 < n and float(np.median(x[i + 1 : i + 3])) > level + 0.5 * (x[i] - level)
+        big = rise > max(3 * usual, th.loss_jump * level) and x[i] > (1 + th.loss_jump) * level
+        if level > 0 and big and (x[i] - level > 5 * noise or lasting):
             out.append(i)
             ratio = max(ratio, (x[i] - level) / (th.loss_jump * level))  # in units of the jump threshold
     return out, ratio
@@ -102,7 +147,7 @@ def f_loss_spike(v: View) -> Optional[Finding]:
 def f_loss_oscillation(v: View) -> Optional[Finding]:
     """A regression loss (PPO's value loss; a plain positive loss elsewhere) that alternates direction with a
     large amplitude. Policy-gradient losses (GRPO/RLOO, PPO's policy loss) oscillate normally and are skipped."""
-    if v.algo in ("grpo", "rloo"):
+    if v.algo in ("grpo", "rloo") or (v.algo is None and v.reward):  # an RL log's loss is a surrogate
         return None
     c = v.c(keys.VALUE_LOSS) if v.algo == "ppo" else v.c(("loss",))
     if c.n < 8:
@@ -114,12 +159,17 @@ def f_loss_oscillation(v: View) -> Optional[Finding]:
     d = np.diff(late)
     flips = float(np.mean(np.sign(d[1:]) != np.sign(d[:-1]))) if d.size > 2 else 0.0
     cv = std / abs(mean)
-    if flips < v.th.oscillation_sign_changes or cv < 0.5:
+    # alternation, not noise: white noise flips direction on 2/3 of steps too, but its successive values are
+    # uncorrelated; an overshooting loss swings up, down, up (lag-1 autocorrelation well below 0)
+    x = late - np.convolve(late, np.ones(3) / 3, mode="same") if late.size >= 6 else late - mean
+    lag1 = float(np.corrcoef(x[:-1], x[1:])[0, 1]) if x.size >= 4 and x.std() > 0 else 0.0
+    if flips < v.th.oscillation_sign_changes or cv < 0.5 or lag1 > -0.7:
         return None
     return Finding(
         "loss_oscillation",
         "warning",
-        f"late-window loss alternates direction on {flips:.0%} of steps with CV {cv:.2f} around mean {num(mean, 4)}",
+        f"late-window loss alternates direction on {flips:.0%} of steps with CV {cv:.2f} around mean {num(mean, 4)} "
+        f"(lag-1 autocorrelation {lag1:+.2f})",
         [],
         "updates overshoot: the learning rate is high for the loss landscape",
         v.rec("Lower the learning rate.", v.change("learning_rate", "decrease", 0.5)),
@@ -128,24 +178,49 @@ def f_loss_oscillation(v: View) -> Optional[Finding]:
 
 
 def _spike_finding(v: View, fid: str, names, what: str, cause: str, rec) -> Optional[Finding]:
+    """Spikes (:func:`~sweeprl.analysis.rules.base.spike_points`). Spikes the run recovered from (finite values
+    after them, the reward no lower than before beyond its noise) are information."""
     c = v.c(names)
     if c.n < 6:
         return None
-    idx = spike_indices(c.values, factor=v.th.spike_factor, warmup=max(3, math.ceil(0.05 * c.n)))
+    r = v.reward
+    idx = spike_points(v, c)
     if not idx:
         return None
-    med = float(np.median(c.values[: idx[0]]))
+    base = float(np.percentile(c.values[: idx[0]], 75))
     worst = float(max(c.values[i] for i in idx))
+    first, last = float(c.steps[idx[0]]), float(c.steps[idx[-1]])
+    before, after = r.slice(r.steps < first), r.slice(r.steps > last)
+    # did the spikes do harm? the reward after them, against before, beyond its noise; a NaN after them
+    harm = bool(keys.non_finite_steps([x for x in v.records if x.get("step", 0) > last]))
+    if r and before and after:
+        z, p = level_test(r, before.late(0.5), after)
+        harm = harm or p < 0.05
+    recovered = not harm and (bool(r) or len(idx) <= 2)
+    evidence = (
+        f"{len(idx)} {what} spike(s) above {v.th.spike_factor:g}x the upper quartile before them; largest "
+        f"{num(worst, 4)} vs {num(base, 4)}"
+    )
+    if recovered:
+        return Finding(
+            fid,
+            "info",
+            evidence + ", and the reward went on as before",
+            v.steps(c, idx),
+            "an outlier batch; gradient clipping held it",
+            v.rec("Nothing to change unless spikes recur; the samples at those steps show what caused them."),
+            confidence=0.6,
+            onset=int(first),
+        )
     return Finding(
         fid,
         "critical" if len(idx) >= 3 else "warning",
-        f"{len(idx)} {what} spike(s) above {v.th.spike_factor:g}x the median before them; largest "
-        f"{num(worst, 4)} vs {num(med, 4)}",
+        evidence,
         v.steps(c, idx),
         cause,
         rec,
         confidence=min(0.95, 0.65 + 0.1 * len(idx)),
-        onset=int(c.steps[idx[0]]),
+        onset=int(first),
     )
 
 

@@ -8,7 +8,18 @@ import numpy as np
 
 from sweeprl.analysis import keys
 from sweeprl.analysis.curves import Curve
-from sweeprl.analysis.rules.base import Finding, View, before_learning, first_sustained, flat_shape, policy_still
+from sweeprl.analysis.rules.base import (
+    Finding,
+    View,
+    before_learning,
+    first_sustained,
+    flat_shape,
+    policy_still,
+    saturated,
+    shape,
+    trend_test,
+    update_size,
+)
 from sweeprl.formatting import num
 
 
@@ -18,6 +29,21 @@ def _entropy_windows(v: View) -> Optional[tuple[Curve, float, float]]:
         return None
     start, end = ent.early(v.th.window).mean(), ent.late(v.th.window).mean()
     return (ent, start, end) if start > 0 else None
+
+
+def _calm(v: View, text: str, factor: float, kl: bool = True) -> dict:
+    """Advice for an entropy that moves too much: a smaller step where the log shows large updates; where the
+    direct measures of the step (clip fraction, approx-KL) say the steps were small, the objective moved it."""
+    size, why = update_size(v)
+    if size == "large":
+        return v.rec(
+            text, v.change("learning_rate", "decrease", factor), v.change("kl_coef", "increase", 2.0) if kl else None
+        )
+    return v.rec(
+        f"Not the learning rate: {why}. Look at what the reward pays for (length, format, a term that favours "
+        "noise) and hold the policy near the reference with a larger KL coefficient.",
+        v.change("kl_coef", "increase", 2.0) if kl else None,
+    )
 
 
 def f_entropy_collapse(v: View) -> Optional[Finding]:
@@ -30,6 +56,22 @@ def f_entropy_collapse(v: View) -> Optional[Finding]:
         return None
     onset = first_sustained(ent.values < (1 - v.th.entropy_drop) * start, min(3, ent.n))
     onset_step = int(ent.steps[onset]) if onset is not None else None
+    s = shape(v) if v.reward.n >= 5 else None
+    learned = (
+        s is not None and s["gain"] >= 2 * v.th.flat_gain * s["scale"] and s["late"] >= s["start"] + 0.5 * s["gain"]
+    )
+    if learned or saturated(v):
+        return Finding(  # the policy sharpened onto what earns reward: what RL fine-tuning does
+            "entropy_collapse",
+            "info",
+            f"entropy fell {drop:.0%} (from {num(start, 3)} to {num(end, 3)}) while "
+            + (f"the reward rose ({num(s['start'], 3)} -> {num(s['late'], 3)})" if learned else str(saturated(v))),
+            [],
+            "the policy sharpened onto what earns reward; exploration is lower from here on",
+            v.rec("Nothing to change while the reward holds; watch for a plateau (then raise the temperature)."),
+            confidence=v.confidence(drop, v.th.entropy_drop, 0.7),
+            onset=onset_step,
+        )
     if before_learning(v, onset_step):
         rec = v.rec(
             f"Lower the learning rate 10x: the entropy collapsed by step {onset_step}, before the reward gained "
@@ -69,37 +111,41 @@ def f_entropy_rising(v: View) -> Optional[Finding]:
         f"entropy rose {rise:.0%} (from {num(start, 3)} to {num(end, 3)})",
         [],
         "the policy is turning to noise: updates push it away from anything it had learned (divergence)",
-        v.rec(
-            "Lower the learning rate; raise the KL coefficient to hold the policy near the reference.",
-            v.change("learning_rate", "decrease", 0.5),
-            v.change("kl_coef", "increase", 2.0),
-        ),
+        _calm(v, "Lower the learning rate; raise the KL coefficient to hold the policy near the reference.", 0.5),
         confidence=v.confidence(rise, v.th.entropy_rise, 0.65),
     )
 
 
 def f_entropy_unstable(v: View) -> Optional[Finding]:
+    """The entropy lurches from step to step more in the late window than it did early (at least twice): the
+    updates began to shake the policy. A volatility present from the start is the sampling noise of small
+    batches, not instability."""
     got = _entropy_windows(v)
-    if got is None or got[0].n < 6:
+    if got is None or got[0].n < 8 or saturated(v):
         return None
     ent, start, _ = got
-    vol = float(np.std(np.diff(ent.values) / np.sqrt(np.diff(ent.steps)))) / start
-    if vol < v.th.entropy_volatility or policy_still(v):  # a still policy: the prompts move the entropy
+
+    def volatility(c: Curve) -> float:
+        return float(np.std(np.diff(c.values) / np.sqrt(np.diff(c.steps)))) / start if c.n >= 3 else 0.0
+
+    half = max(0.5, v.th.window)
+    early, late = volatility(ent.early(half, 4)), volatility(ent.late(half, 4))
+    if late < v.th.entropy_volatility or late < 2 * early or policy_still(v):
         return None
     return Finding(
         "entropy_unstable",
         "warning",
-        f"entropy step-to-step volatility {vol:.2f} of its starting level",
+        f"entropy step-to-step volatility {late:.2f} of its starting level in the late half, {early:.2f} early",
         [],
         "the sampling distribution lurches between updates",
-        v.rec("Lower the learning rate.", v.change("learning_rate", "decrease", 0.5)),
-        confidence=v.confidence(vol, v.th.entropy_volatility, 0.65),
+        _calm(v, "Lower the learning rate.", 0.5, kl=False),
+        confidence=v.confidence(late / max(early, 1e-12), 2.0, 0.65),
     )
 
 
 def f_kl_negative(v: View) -> Optional[Finding]:
     kl = v.c(keys.KL)
-    if kl.n < 3:
+    if kl.n < 3 or v.algo == "dpo":  # KTO's kl is its reference point, not a sampled estimate
         return None
     frac = float((kl.values < 0).mean())
     if frac < v.th.kl_negative_frac or float(kl.values.min()) > v.th.kl_negative_min:
@@ -128,19 +174,29 @@ def f_kl_negative(v: View) -> Optional[Finding]:
 
 def f_kl_above_target(v: View) -> Optional[Finding]:
     kl = v.c(keys.KL)
-    if kl.n < 3:
+    if kl.n < 3 or v.algo == "dpo":
         return None
     target = v.target_kl
     frac = float((kl.values > target).mean())
-    late = kl.late(v.th.window).mean()
+    late = float(np.median(kl.late(v.th.window).values))  # the level, not one-step outliers (a reference mismatch)
     if frac < v.th.kl_above_frac or late <= target:
         return None
     idx = [i for i, x in enumerate(kl.values) if x > target]
     onset = first_sustained(kl.values > target, min(3, kl.n))
+    severity = "critical" if late > 5 * target else "warning"
+    if not v.target_kl_known:  # a default target, not the user's: only a KL that keeps growing is a problem
+        z, p = trend_test(v, kl.late(0.5))
+        growing = z is not None and z > 0 and p < 0.05
+        if not growing and late < 10 * target:
+            v.weak.append(
+                f"kl_above_target: KL {num(late, 3)} is above the default target {num(target, 3)} but not growing "
+                "(give --target-kl if the run had one)"
+            )
+            return None
     return Finding(
         "kl_above_target",
-        "critical" if late > 5 * target else "warning",
-        f"KL above target {num(target, 3)} on {frac:.0%} of steps (late mean {num(late, 3)}, max "
+        severity,
+        f"KL above target {num(target, 3)} on {frac:.0%} of steps (late median {num(late, 3)}, max "
         f"{num(float(kl.values.max()), 3)})",
         v.steps(kl, idx),
         "the policy drifts from the reference faster than the KL penalty holds it: learning rate too high or KL "

@@ -13,14 +13,26 @@ from sweeprl.analysis.rules.base import (
     SHORT,
     Finding,
     View,
+    eval_rising,
+    evidence_confidence,
     first_sustained,
     flat_shape,
+    level_test,
     policy_moved,
     policy_still,
+    pval,
+    saturated,
     shape,
     trend_test,
+    update_size,
 )
 from sweeprl.formatting import num
+
+
+def _block_points(r, blocks, i: int):
+    """The logged points that block ``i`` of ``r.blocks()`` averages."""
+    edges = np.concatenate([[r.steps[0] - r.gaps[0]], (blocks.steps[1:] + blocks.steps[:-1]) / 2, [np.inf]])
+    return r.slice((r.steps > edges[i]) & (r.steps <= edges[i + 1]))
 
 
 def _fell_from_the_start(v: View, s: dict) -> Optional[Finding]:
@@ -30,22 +42,54 @@ def _fell_from_the_start(v: View, s: dict) -> Optional[Finding]:
     if fall < v.th.flat_gain * s["scale"] or fall < v.th.collapse_drop * abs(s["start"]):
         return None
     r = v.reward
+    z, p = level_test(r, _block_points(r, r.blocks(10), 0), r.late(v.th.window))
+    if p >= 0.05:
+        v.weak.append(
+            f"reward_collapse: the reward fell from {num(s['start'], 3)} to {num(s['late'], 3)}, within "
+            f"its noise (z={z:.1f}, {pval(p)})"
+        )
+        return None
     onset = first_sustained(r.values < s["start"] - 0.5 * fall, min(3, r.n))
+    size, why = update_size(v)
+    if size == "large":
+        rec = v.rec(
+            f"Lower the learning rate 10x (not a little: the run never had a good stretch, and the updates were "
+            f"large: {why}) and raise the KL coefficient to hold the policy near the reference.",
+            v.change("learning_rate", "decrease", 0.1),
+            v.change("kl_coef", "increase", 2.0),
+        )
+    else:
+        rec = v.rec(
+            f"The log does not show updates too large ({why}): check that the reward scores what the untrained "
+            "model already did right, and log KL and entropy to tell an update problem from a reward problem."
+        )
     return Finding(
         "reward_collapse",
         "critical",
         f"reward fell from {num(s['start'], 3)} in the first stretch to {num(s['late'], 3)} without rising first "
-        f"({fall / max(abs(s['start']), 1e-12):.0%} of where it started)",
+        f"({fall / max(abs(s['start']), 1e-12):.0%} of where it started; beyond its noise: z={z:.1f}, {pval(p)})",
         [],
-        "the first updates were far too large: they took away what the model could do before it learned anything",
-        v.rec(
-            "Lower the learning rate 10x (not a little: the run never had a good stretch) and raise the KL "
-            "coefficient to hold the policy near the reference.",
-            v.change("learning_rate", "decrease", 0.1),
-            v.change("kl_coef", "increase", 2.0),
-        ),
-        confidence=v.confidence(fall / max(abs(s["start"]), 1e-12), v.th.collapse_drop, 0.75),
+        "the first updates took away what the model could do before it learned anything",
+        rec,
+        confidence=evidence_confidence(p, v.short),
         onset=int(r.steps[onset]) if onset is not None else None,
+    )
+
+
+def _lr_down(v: View, factor: float, kl_factor: float, what: str) -> tuple[str, list]:
+    """Advice for a reward that fell: lower the learning rate only where the log shows large updates."""
+    size, why = update_size(v)
+    if size == "large":
+        return (
+            f"Lower the learning rate and hold the policy closer to the reference (raise the KL coefficient): "
+            f"the updates were large ({why}); {what}",
+            [v.change("learning_rate", "decrease", factor), v.change("kl_coef", "increase", kl_factor)],
+        )
+    return (
+        f"{what[0].upper()}{what[1:]} The log does not show updates too large ({why}), so the learning rate is "
+        "not the evident cause: check the reward and the data at the fall (a reward model drifting, harder prompts, "
+        "truncated completions), and log KL and entropy to tell.",
+        [],
     )
 
 
@@ -59,35 +103,39 @@ def f_reward_collapse(v: View) -> Optional[Finding]:
         return _fell_from_the_start(v, s)
     if s["peak_index"] >= s["blocks"] - 1 or drop < v.th.collapse_drop * gain:
         return None
-    after = r.at_or_after(s["peak_step"])
-    z, p = trend_test(v, after)
-    if z is not None and not (z < 0 and p < 0.05) and drop < 0.6 * gain:
-        return None  # no significant decline after the peak, and not a large fall either
-    trend = f"; Mann-Kendall after the peak z={z:.1f}, p={p:.2g}" if z is not None else ""
+    z, p = level_test(r, _block_points(r, r.blocks(10), s["peak_index"]), r.late(v.th.window), tests=s["blocks"])
+    if p >= 0.05:
+        v.weak.append(
+            f"reward_collapse: the reward fell from {num(s['peak'], 3)} (around step {int(s['peak_step'])}) to "
+            f"{num(s['late'], 3)}, but that is within its step-to-step noise (z={z:.1f}, {pval(p)} with the peak "
+            "picked among the blocks)"
+        )
+        return None
+    text, changes = _lr_down(v, 0.3, 2.0, "keep the checkpoint from the peak.")
     return Finding(
         "reward_collapse",
         "critical",
         f"reward rose from {num(s['start'], 3)} to {num(s['peak'], 3)} by step {int(s['peak_step'])}, then fell to "
-        f"{num(s['late'], 3)} ({drop / gain:.0%} of what it had gained){trend}",
+        f"{num(s['late'], 3)} ({drop / gain:.0%} of what it had gained; beyond its noise: z={z:.1f}, {pval(p)})",
         [int(s["peak_step"])],
-        "the policy learned, then updates too large for the reached state (or too little KL pull toward the "
-        "reference) undid it",
-        v.rec(
-            "Lower the learning rate and hold the policy closer to the reference (raise the KL coefficient); keep "
-            "the checkpoint from the peak.",
-            v.change("learning_rate", "decrease", 0.3),
-            v.change("kl_coef", "increase", 2.0),
-        ),
-        confidence=v.confidence(drop / gain, v.th.collapse_drop, 0.75),
+        "the policy learned, then lost it: updates too large for the reached state, too little KL pull toward the "
+        "reference, or a reward that stopped rewarding what the policy does",
+        v.rec(text, *changes),
+        confidence=evidence_confidence(p, v.short),
         onset=int(s["peak_step"]),
     )
 
 
 def f_reward_dip(v: View) -> Optional[Finding]:
     """The reward fell far below its best mid-run and came back: it did not end collapsed, but the policy went
-    through a collapse on the way (what a lower learning rate avoids)."""
+    through a collapse on the way (what a lower learning rate avoids). The fall must exceed the reward's own
+    noise (peak and trough picked among the blocks: a Bonferroni correction for every pair)."""
     r = v.reward
-    if r.n < 8 or policy_still(v) or f_reward_collapse(v) is not None:
+    if (
+        r.n < 8
+        or policy_still(v)
+        or f_reward_collapse(View(v.records, v.algo, v.advice, v.th, v.target_kl)) is not None
+    ):
         return None
     s = shape(v)
     blocks = r.blocks(10)
@@ -95,36 +143,79 @@ def f_reward_dip(v: View) -> Optional[Finding]:
     gain = float(blocks.values[: int(np.searchsorted(blocks.steps, peak_step)) + 1].max() - s["start"])
     if gain < v.th.flat_gain * s["scale"] or fall < v.th.collapse_drop * gain:
         return None
-    trough = float(blocks.values[int(np.searchsorted(blocks.steps, trough_step))])
+    i_peak, i_trough = int(np.searchsorted(blocks.steps, peak_step)), int(np.searchsorted(blocks.steps, trough_step))
+    trough = float(blocks.values[i_trough])
+    pairs = blocks.n * (blocks.n - 1) // 2
+    z, p = level_test(r, _block_points(r, blocks, i_peak), _block_points(r, blocks, i_trough), tests=pairs)
+    if p >= 0.05:
+        v.weak.append(
+            f"reward_dip: the reward fell from {num(trough + fall, 3)} to {num(trough, 3)} and came back, within its "
+            f"noise (z={z:.1f}, {pval(p)} over {pairs} block pairs)"
+        )
+        return None
+    text, changes = _lr_down(v, 0.5, 1.5, "the run relearned, but paid the steps.")
     return Finding(
         "reward_dip",
         "warning",
         f"reward fell from {num(trough + fall, 3)} (around step {int(peak_step)}) to {num(trough, 3)} (around step "
-        f"{int(trough_step)}), {fall / gain:.0%} of what it had gained, then came back to {num(s['late'], 3)}",
+        f"{int(trough_step)}), {fall / gain:.0%} of what it had gained, then came back to {num(s['late'], 3)} "
+        f"(beyond its noise: z={z:.1f}, {pval(p)})",
         [int(peak_step), int(trough_step)],
-        "an update too large for the state the policy had reached threw it back; it relearned, but the run paid the "
-        "steps and could as well have ended at the bottom",
-        v.rec(
-            "Lower the learning rate (or raise the KL coefficient to hold the policy near what it had learned).",
-            v.change("learning_rate", "decrease", 0.5),
-            v.change("kl_coef", "increase", 1.5),
-        ),
-        confidence=v.confidence(fall / gain, v.th.collapse_drop, 0.65),
+        "an update too large for the state the policy had reached threw it back (or the prompts of that stretch were "
+        "harder); it relearned, but the run could as well have ended at the bottom",
+        v.rec(text, *changes),
+        confidence=evidence_confidence(p, v.short),
         onset=int(peak_step),
     )
 
 
+def _signal(v: View, s: dict) -> Optional[str]:
+    """Why the reward carries no learning signal, when the log shows it: groups whose samples all score alike
+    (``frac_reward_zero_std``), or a reward pinned at the floor or the ceiling of a [0, 1] scale; else None."""
+    zs = v.c(keys.ZERO_STD)
+    if zs.n >= 3 and zs.late(v.th.window).mean() >= 0.5:
+        return f"in {zs.late(v.th.window).mean():.0%} of groups every sample scored the same"
+    r = v.reward
+    if r.values.min() >= 0 and r.values.max() <= 1 and (s["late"] >= 0.95 or r.values.max() <= 0.02):
+        return f"the reward sits at {num(s['late'], 3)} on a 0-1 scale"
+    return None
+
+
 def f_reward_flat(v: View) -> Optional[Finding]:
+    """A reward that never moved. The advice follows the evidence: raise the learning rate only where the log
+    shows the policy barely moved (tiny KL / approx-KL); a reward without spread (every sample of a group alike,
+    pinned at 0 or 1) is the reward's or the data's problem; without a measure of the update size, say so."""
     if v.reward.n < 5:
         return None
     s = flat_shape(v)
     if s is None:
+        return None
+    z, p = trend_test(v, v.reward)
+    if z is not None and z > 0 and p < 0.01:  # small, but a steady rise is learning, not a flat reward
+        v.weak.append(
+            f"reward_flat: the reward moved little ({num(s['start'], 3)} -> {num(s['late'], 3)}) but rises steadily "
+            f"(Mann-Kendall z={z:.1f}, {pval(p)})"
+        )
         return None
     zero_std = v.c(keys.ZERO_STD)
     hot = zero_std.n and zero_std.late(v.th.window).mean() >= v.th.mode_collapse
     evidence = (
         f"reward {num(s['start'], 3)} in the first stretch, {num(s['late'], 3)} at the end ({v.reward.n} logged steps)"
     )
+    conf = 0.6 if v.short else 0.75
+    done = saturated(v) or eval_rising(v)
+    if done:  # at the ceiling, or learning where it counts: nothing to fix
+        return Finding(
+            "reward_flat",
+            "info",
+            f"{evidence}; {done}",
+            [],
+            "the training reward has nothing left to gain on these prompts"
+            if saturated(v)
+            else "the training reward is flat, the held-out one improves",
+            v.rec("Nothing to change; harder prompts (a curriculum) if the run should go on learning."),
+            confidence=conf,
+        )
     moved = policy_moved(v)
     if moved:  # the updates were not too small: the policy changed and the reward did not follow
         return Finding(
@@ -134,26 +225,47 @@ def f_reward_flat(v: View) -> Optional[Finding]:
             [],
             "the updates changed the policy but not toward more reward: they are too large for the signal (see the "
             "entropy findings), or the reward gives the same score to every sample",
+            v.rec("Do not raise the learning rate: settle what moved the policy first."),
+            confidence=conf,
+        )
+    no_signal = _signal(v, s)
+    if no_signal:
+        return Finding(
+            "reward_flat",
+            "warning",
+            f"{evidence}; {no_signal}",
+            [],
+            "the reward does not separate the samples, so there is nothing to learn from: the task is too hard or "
+            "too easy for the model, or the reward is too sparse",
             v.rec(
-                "Do not raise the learning rate: settle what moved the policy first"
-                + ("; samples score alike, so raise the temperature." if hot else "."),
-                v.change("temperature", "increase", 1.15) if hot else None,
+                "Fix the signal, not the optimizer: prompts at the model's level (a curriculum), a denser or partial-"
+                "credit reward" + ("; more samples per prompt so some differ." if hot else "."),
+                v.change("num_generations", "increase", 2.0) if hot else None,
             ),
-            confidence=0.6 if v.short else 0.75,
+            confidence=conf,
+        )
+    size, why = update_size(v)
+    if size != "small":
+        return Finding(
+            "reward_flat",
+            "warning",
+            evidence,
+            [],
+            f"no learning signal is getting through; the log does not tell whether the updates are too small ({why})",
+            v.rec(
+                "Check the reward separates good from bad samples; log the KL to the reference and the entropy: if "
+                "they barely move, raise the learning rate."
+            ),
+            confidence=conf,
         )
     return Finding(
         "reward_flat",
         "warning",
-        evidence,
+        f"{evidence}, and the policy barely moved ({why})",
         [],
-        "no learning signal is getting through: learning rate too low, KL too tight, or the reward gives the same "
-        "score to every sample",
-        v.rec(
-            "Raise the learning rate" + ("; samples score alike, so raise the temperature too." if hot else "."),
-            v.change("learning_rate", "increase", 3.0),
-            v.change("temperature", "increase", 1.15) if hot else None,
-        ),
-        confidence=0.6 if v.short else 0.75,
+        "the updates are too small to change the policy: learning rate too low (or KL too tight)",
+        v.rec("Raise the learning rate.", v.change("learning_rate", "increase", 3.0)),
+        confidence=conf,
     )
 
 
@@ -192,6 +304,12 @@ def f_reward_variance_rising(v: View) -> Optional[Finding]:
     rel_e, rel_l = e / max(abs(re), floor), l_ / max(abs(rl), floor)
     if e <= 1e-9 or l_ < floor or l_ < v.th.variance_rise * e or rel_l < v.th.variance_rise * rel_e:
         return None
+    if r.values.min() >= 0 and r.values.max() <= 1:  # a 0-1 reward's spread is bounded by sqrt(p(1-p))
+        bound_e, bound_l = math.sqrt(max(re * (1 - re), 1e-6)), math.sqrt(max(rl * (1 - rl), 1e-6))
+        if l_ / bound_l < v.th.variance_rise * e / bound_e:
+            return None  # the spread rose no more than its level allows
+    if rl - re >= 2 * floor:
+        return None  # the reward rose with it: samples began to differ because some now succeed
     return Finding(
         "reward_variance_rising",
         "warning",
@@ -226,9 +344,9 @@ def f_reward_cv_high(v: View) -> Optional[Finding]:
         where = f"late-window reward std {num(float(np.std(late.values)), 3)} vs mean {num(mean, 3)}"
     if cv < v.th.cv_high:
         return None
-    return Finding(
+    return Finding(  # information: small groups and few prompts per step make any RL reward noisy
         "reward_cv_high",
-        "warning",
+        "info",
         f"reward CV {cv:.2f}: {where}",
         [],
         "each update sees a noisy estimate of the reward: too few samples per prompt to average out the noise",
@@ -303,6 +421,10 @@ def f_best_of_n_gap(v: View) -> Optional[Finding]:
 
 
 def f_mode_collapse(v: View) -> Optional[Finding]:
+    """Many groups whose samples all scored the same. Three readings: the prompts are solved (a reward at its
+    best or the ceiling: information), nothing is solved (a reward at the floor: the signal is missing, not the
+    diversity), or the samples of a prompt became alike (collapse: raise the temperature, unless the entropy
+    is already rising)."""
     zs = v.c(keys.ZERO_STD)
     if zs.n < 3:
         return None
@@ -310,21 +432,50 @@ def f_mode_collapse(v: View) -> Optional[Finding]:
     if late < v.th.mode_collapse:
         return None
     s = shape(v) if v.reward else None
-    saturated = s is not None and s["gain"] > v.th.flat_gain * s["scale"] and s["late"] >= s["start"] + 0.8 * s["gain"]
+    r = v.reward
+    unit = s is not None and r.values.min() >= 0 and r.values.max() <= 1
+    saturated = s is not None and (
+        (s["gain"] > v.th.flat_gain * s["scale"] and s["late"] >= s["start"] + 0.8 * s["gain"])
+        or (unit and s["late"] >= 0.9)
+    )
+    floor = unit and s["late"] <= 0.1
     idx = [i for i, x in enumerate(zs.values) if x >= v.th.mode_collapse]
     onset = first_sustained(zs.values >= v.th.mode_collapse, min(3, zs.n))
     common = dict(confidence=v.confidence(late, v.th.mode_collapse, 0.7), onset=int(zs.steps[onset]) if onset else None)
     if saturated:
-        return Finding(
+        # most of the run had nothing left to learn: a 0-1 reward at its ceiling (0.98) from the first 40% on
+        b = r.blocks(10)
+        at_top = b.values >= 0.98
+        early_on = unit and b.n >= 5 and bool(at_top[int(0.4 * b.n) :].all())
+        return Finding(  # a warning when most of the run had nothing to learn: those steps were spent for nothing
             "mode_collapse",
-            "info",
+            "warning" if early_on else "info",
             f"frac_reward_zero_std = {late:.2f} in the late window, with the reward at {num(s['late'], 3)}: groups "
-            "score alike because they are solved",
+            "score alike because they are solved"
+            + (f", from step {int(zs.steps[onset])} of {int(zs.steps[-1])}" if early_on else ""),
             v.steps(zs, idx),
             "saturation rather than collapse: these prompts no longer teach anything",
             v.rec("Move to harder prompts (a curriculum), or stop: the run has learned what these prompts teach."),
             **common,
         )
+    if floor:
+        return Finding(
+            "mode_collapse",
+            "warning",
+            f"frac_reward_zero_std = {late:.2f} in the late window, with the reward at {num(s['late'], 3)}: groups "
+            "score alike because (almost) every sample fails",
+            v.steps(zs, idx),
+            "the reward is too sparse for this model: no sample of a group earns anything, so there is no signal",
+            v.rec(
+                "Give the model a signal: easier prompts, partial credit in the reward, or more samples per prompt.",
+                v.change("num_generations", "increase", 2.0),
+            ),
+            **common,
+        )
+    heating = (
+        policy_moved(v) is not None
+        and v.c(keys.ENTROPY).late(v.th.window).mean() > v.c(keys.ENTROPY).early(v.th.window).mean()
+    )
     return Finding(
         "mode_collapse",
         "critical" if late > 0.6 else "warning",
@@ -334,73 +485,14 @@ def f_mode_collapse(v: View) -> Optional[Finding]:
         "samples of a prompt have become (nearly) identical, so group-relative advantages are zero and there is no "
         "gradient",
         v.rec(
-            "Raise the sampling temperature and sample more completions per prompt.",
-            v.change("temperature", "increase", 1.15),
+            "Sample more completions per prompt"
+            + (
+                " (not a higher temperature: the entropy is already rising)." if heating else "; raise the temperature."
+            ),
+            None if heating else v.change("temperature", "increase", 1.15),
             v.change("num_generations", "increase", 2.0),
         ),
         **common,
-    )
-
-
-def f_length_hacking(v: View) -> Optional[Finding]:
-    pairs = [(r.get("reward", r.get("objective/scores")), r.get("completions/mean_length")) for r in v.records]
-    pairs = [(a, b) for a, b in pairs if a is not None and b is not None and math.isfinite(a) and math.isfinite(b)]
-    if len(pairs) < 6:
-        return None
-    r, length = np.array(pairs).T
-    if r.std() < 1e-9 or length.std() < 1e-9:
-        return None
-    corr = float(np.corrcoef(r, length)[0, 1])
-    lc = v.c(keys.COMPLETION_LENGTH)
-    early, late = lc.early(v.th.window).mean(), lc.late(v.th.window).mean()
-    rel = float(late / max(early, 1e-9) - 1)
-    if abs(corr) < v.th.length_corr or abs(rel) < v.th.length_change:
-        return None
-    return Finding(
-        "length_hacking",
-        "warning",
-        f"reward–length correlation {corr:+.2f}; mean completion length {num(early, 3)} -> {num(late, 3)} ({rel:+.0%})",
-        [],
-        "the reward is being earned through completion length rather than content",
-        v.rec(
-            "Cap the completion length (or add a length term to the reward).",
-            v.change("max_completion_length", "decrease" if rel > 0 else "increase", 0.5 if rel > 0 else 2.0),
-        ),
-        confidence=v.confidence(abs(corr), v.th.length_corr, 0.65),
-    )
-
-
-def f_truncation_high(v: View) -> Optional[Finding]:
-    tr = v.c(keys.TRUNCATED)
-    if tr.n < 3:
-        return None
-    late = tr.late(v.th.window).mean()
-    if late < v.th.truncation:
-        return None
-    first, moved = float(tr.values[0]), policy_moved(v)
-    if moved and late - first >= v.th.truncation:  # runaway text of a degenerating policy, not a short budget
-        return Finding(
-            "truncation_high",
-            "warning",
-            f"{late:.0%} of completions hit the maximum length in the late window ({first:.0%} at step "
-            f"{int(tr.steps[0])}, before the updates), while the policy moved ({moved})",
-            [],
-            "completions began running to the limit as the policy changed: a symptom of that change, not a length "
-            "budget that is too small",
-            v.rec(
-                "Keep the length: settle the policy first (the entropy findings); longer completions would only "
-                "lengthen the runaway text."
-            ),
-            confidence=v.confidence(late, v.th.truncation, 0.6),
-        )
-    return Finding(
-        "truncation_high",
-        "warning",
-        f"{late:.0%} of completions hit the maximum length in the late window",
-        [],
-        "completions are cut off before they finish, so their reward is noise (and runaway penalties dominate)",
-        v.rec("Allow longer completions.", v.change("max_completion_length", "increase", 2.0)),
-        confidence=v.confidence(late, v.th.truncation, 0.6),
     )
 
 

@@ -1,0 +1,217 @@
+#!/usr/bin/env python3
+"""Verdicts on other people's runs: ``python -m sweeprl diagnose`` scored against labels written before it ran.
+
+The corpus (``tests/data/real_runs/``, sources and licenses in its README) holds public training logs of TRL,
+Unsloth, verl, OpenRLHF, LLaMA-Factory, Tinker, mlx and hand-written loops: GRPO, PPO, DPO, ORPO, KTO. Each run's
+label (``labels.jsonl``: healthy or not, the problems, the learning-rate direction an engineer would give) was
+written from the numbers by the rules in the corpus README, before sweeprl read the file. The runs are split by
+repository into two halves: the rules were tuned on ``tune``; ``held_out`` is reported.
+
+Per half:
+- recall: unhealthy runs where a warning/critical finding names a labelled problem (:data:`MATCHES`);
+- quiet healthy: healthy runs without any warning/critical finding;
+- false alarms per run: warning/critical findings that match no labelled problem;
+- LR against the label: learning-rate advice opposite to the label's direction (or any, where it says ``none``);
+- read: files that loaded with at least one metric the rules use.
+
+    .venv/bin/python bench/real_runs.py            # both halves, per-run table
+    .venv/bin/python bench/real_runs.py --write    # also BENCHMARKS.md rows real_runs_tune / real_runs_held_out
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional
+
+CORPUS = Path(__file__).resolve().parents[1] / "tests" / "data" / "real_runs"
+#: labelled problem -> finding ids that report it
+MATCHES = {
+    "reward_collapse": {"reward_collapse", "reward_dip"},
+    "divergence": {
+        "non_finite",
+        "loss_spike",
+        "grad_norm_spike",
+        "kl_above_target",
+        "value_loss_spike",
+        "reward_collapse",
+        "entropy_rising",
+    },
+    "entropy_blowup": {"entropy_rising", "entropy_unstable"},
+    "entropy_collapse": {"entropy_collapse", "mode_collapse"},
+    "kl_runaway": {"kl_above_target"},
+    "no_learning": {"reward_flat", "updates_too_small", "reward_below_target"},
+    "no_signal": {"reward_no_signal", "reward_variance_died", "mode_collapse", "reward_flat"},
+    "length_hacking": {"length_hacking", "truncation_high"},
+    "preference_overfit": {"preference_overfit"},
+    "preference_no_learning": {"preference_no_learning"},
+}
+ALARM = ("critical", "warning")
+
+
+@dataclass
+class Verdict:
+    id: str
+    half: str
+    label: Dict
+    read: bool = False
+    error: Optional[str] = None
+    alarms: List[str] = field(default_factory=list)  # warning/critical finding ids
+    infos: List[str] = field(default_factory=list)
+    lr: Optional[str] = None  # decrease | increase | None (the diagnosis' learning-rate change)
+
+    @property
+    def unhealthy(self) -> bool:
+        return self.label["health"] == "unhealthy"
+
+    @property
+    def matched(self) -> bool:
+        wanted = set().union(*(MATCHES[p] for p in self.label["problems"])) if self.label["problems"] else set()
+        return bool(wanted & set(self.alarms))
+
+    @property
+    def false_alarms(self) -> List[str]:
+        wanted = set().union(*(MATCHES[p] for p in self.label["problems"])) if self.label["problems"] else set()
+        return [a for a in self.alarms if a not in wanted]
+
+    @property
+    def lr_against(self) -> bool:
+        want = self.label.get("lr_direction")
+        if self.lr is None or want in (None, "unknown"):
+            return False
+        return want == "none" or {"lower": "decrease", "raise": "increase"}[want] != self.lr
+
+
+def labels() -> List[Dict]:
+    return [json.loads(line) for line in (CORPUS / "labels.jsonl").read_text().splitlines() if line.strip()]
+
+
+def judge(label: Dict) -> Verdict:
+    from sweeprl.analysis.diagnosis import diagnose
+    from sweeprl.analysis.history import load
+
+    v = Verdict(label["id"], label["half"], label)
+    try:
+        run = load(str(CORPUS / label["file"]))
+    except (ValueError, FileNotFoundError) as exc:
+        v.error = str(exc)
+        return v
+    v.read = bool(getattr(run, "used", True)) and bool(run.records)
+    d = diagnose(run)
+    v.alarms = [f.id for f in d.findings if f.severity in ALARM]
+    v.infos = [f.id for f in d.findings if f.severity not in ALARM]
+    lr = [c for c in d.changes() if c["param"] == "learning_rate"]
+    v.lr = lr[0]["direction"] if lr else None
+    return v
+
+
+def figures(verdicts: List[Verdict]) -> Dict[str, float]:
+    sick = [v for v in verdicts if v.unhealthy]
+    healthy = [v for v in verdicts if v.label["health"] == "healthy"]
+    return {
+        "runs": len(verdicts),
+        "recall": sum(v.matched for v in sick) / max(1, len(sick)),
+        "unhealthy": len(sick),
+        "quiet_healthy": sum(not v.alarms for v in healthy) / max(1, len(healthy)),
+        "healthy": len(healthy),
+        # inconclusive labels (too short or noisy for the analyst) take no part in false alarms either
+        "false_alarms_per_run": sum(len(v.false_alarms) for v in sick + healthy) / max(1, len(sick + healthy)),
+        "lr_against": sum(v.lr_against for v in verdicts),
+        "read": sum(v.read for v in verdicts) / max(1, len(verdicts)),
+    }
+
+
+def summary_line(f: Dict[str, float]) -> str:
+    return (
+        f"recall {f['recall']:.0%} of {f['unhealthy']} unhealthy, quiet on {f['quiet_healthy']:.0%} of {f['healthy']} "
+        f"healthy, {f['false_alarms_per_run']:.2f} false alarms/run, LR advice against the label on "
+        f"{f['lr_against']} runs, {f['read']:.0%} read"
+    )
+
+
+README_HEAD = """# Real training logs, labelled before sweeprl read them
+
+Public per-step logs of other people's RL and preference fine-tuning runs, kept as published (trimmed only where a
+file exceeded 300 KB: the `trimmed` column says how). Each run was labelled from its numbers by the written rules
+below before `python -m sweeprl diagnose` ever read it; `labels.jsonl` holds the labels with the analyst's reasoning.
+`bench/real_runs.py` scores the diagnosis against them (`--readme` rewrites this file from `labels.jsonl`).
+
+Labelling rules, in short: `healthy` = trains as intended, possibly noisy or slow; `unhealthy` = one of
+reward_collapse, divergence, entropy_blowup, entropy_collapse, kl_runaway, no_learning, no_signal (sparse or
+saturated reward), length_hacking, preference_overfit, preference_no_learning is clearly visible in the numbers;
+`inconclusive` = too short or noisy to tell. The learning-rate direction is `lower` only with evidence of updates
+too large (KL, grad norm, entropy, clip fraction), `raise` only when the policy visibly barely moves and the reward
+is neither sparse nor saturated, `none` when the learning rate is fine or not the cause, `unknown` otherwise.
+
+Halves: `tune` runs were read while the rules were written; `held_out` runs were gathered and labelled afterwards
+and only scored. The files remain their authors' (licenses as stated by each repository; "none stated" means the
+repository has no license file; logs quoted in issues are quoted as such).
+
+"""
+
+
+def readme() -> str:
+    rows = [
+        "| run | source | license | tool / format | algo | points | label | LR | trimmed | half |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for lab in sorted(labels(), key=lambda r: (r["half"], r["id"])):
+        label = lab["health"] + (f": {', '.join(lab['problems'])}" if lab["problems"] else "")
+        cells = [
+            f"`{lab['file']}`",
+            f"[{lab['repo']}]({lab['url']})",
+            lab.get("license") or "none stated",
+            f"{lab.get('framework')} / {lab.get('format')}",
+            lab.get("algo", ""),
+            str(lab.get("points", "")),
+            label,
+            lab.get("lr_direction", ""),
+            (lab.get("trimmed") or "nothing").replace("|", "/")[:90],
+            lab["half"],
+        ]
+        rows.append("| " + " | ".join(c.replace("\n", " ") for c in cells) + " |")
+    return README_HEAD + "\n".join(rows) + "\n"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--write", action="store_true", help="update BENCHMARKS.md")
+    ap.add_argument("--readme", action="store_true", help=f"rewrite {CORPUS.name}/README.md from labels.jsonl")
+    ap.add_argument("--rows", choices=("tune", "held_out", "all", "none"), default="all", help="per-run rows to print")
+    args = ap.parse_args()
+    if args.readme:
+        (CORPUS / "README.md").write_text(readme())
+        print(f"{CORPUS / 'README.md'} rewritten")
+        return 0
+    verdicts = [judge(label) for label in labels()]
+    print(f"{'run':<44} {'half':<8} {'label':<34} {'alarms (info)':<60} lr")
+    for v in sorted(verdicts, key=lambda v: (v.half, v.id)):
+        if args.rows not in ("all", v.half):
+            continue
+        lab = "healthy" if not v.label["problems"] else ",".join(v.label["problems"])
+        lab += f" [{v.label.get('lr_direction', '?')}]"
+        got = v.error or (",".join(v.alarms) or "-") + (f" ({','.join(v.infos)})" if v.infos else "")
+        mark = "" if (v.matched if v.unhealthy else not v.alarms) and not v.lr_against else "  <-"
+        print(f"{v.id[:44]:<44} {v.half:<8} {lab[:34]:<34} {got[:60]:<60} {v.lr or '-'}{mark}")
+    print()
+    for half in ("tune", "held_out"):
+        f = figures([v for v in verdicts if v.half == half])
+        print(f"{half:<9} {f['runs']} runs: {summary_line(f)}")
+        if args.write:
+            sys.path.insert(0, str(Path(__file__).resolve().parent))
+            from benchmarks_md import update_row
+
+            update_row(
+                f"real_runs_{half}",
+                f"diagnose verdicts on {f['runs']} labelled public runs ({half} half)",
+                "labels written before the tool ran (tests/data/real_runs)",
+                summary_line(f),
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

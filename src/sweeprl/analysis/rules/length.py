@@ -1,0 +1,84 @@
+"""Rules on completion length: reward earned through length, completions that drift longer for nothing, and
+completions cut off at the length limit."""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import numpy as np
+
+from sweeprl.analysis import keys
+from sweeprl.analysis.rules.base import Finding, View, flat_shape, policy_moved
+from sweeprl.formatting import num
+
+
+def f_length_hacking(v: View) -> Optional[Finding]:
+    """The reward is earned through length (reward and length move together), or the completions grow to twice
+    their length or more while the reward stays flat (a policy drifting to longer text for nothing)."""
+    lc = v.c(keys.COMPLETION_LENGTH)
+    if lc.n < 6:
+        return None
+    early, late = lc.early(v.th.window).mean(), lc.late(v.th.window).mean()
+    rel = float(late / max(early, 1e-9) - 1)
+    pairs = [(r.get("reward", r.get("objective/scores")), r.get("completions/mean_length")) for r in v.records]
+    pairs = [(a, b) for a, b in pairs if a is not None and b is not None and math.isfinite(a) and math.isfinite(b)]
+    corr = 0.0
+    if len(pairs) >= 6:
+        r, length = np.array(pairs).T
+        if r.std() > 1e-9 and length.std() > 1e-9:
+            corr = float(np.corrcoef(r, length)[0, 1])
+    drift = rel >= 1.0 and v.reward.n >= 5 and flat_shape(v) is not None
+    if (abs(corr) < v.th.length_corr or abs(rel) < v.th.length_change) and not drift:
+        return None
+    evidence = f"mean completion length {num(early, 3)} -> {num(late, 3)} ({rel:+.0%})"
+    return Finding(
+        "length_hacking",
+        "warning",
+        (f"reward–length correlation {corr:+.2f}; " + evidence)
+        if not drift
+        else evidence + " while the reward stayed flat",
+        [],
+        "the reward is being earned through completion length rather than content"
+        if not drift
+        else "the policy drifts to longer completions that earn nothing more: a length the reward does not check",
+        v.rec(
+            "Cap the completion length (or add a length term to the reward).",
+            v.change("max_completion_length", "decrease" if rel > 0 else "increase", 0.5 if rel > 0 else 2.0),
+        ),
+        confidence=v.confidence(abs(corr), v.th.length_corr, 0.65) if not drift else v.confidence(rel, 1.0, 0.65),
+    )
+
+
+def f_truncation_high(v: View) -> Optional[Finding]:
+    tr = v.c(keys.TRUNCATED)
+    if tr.n < 3:
+        return None
+    late = tr.late(v.th.window).mean()
+    if late < v.th.truncation:
+        return None
+    first, moved = float(tr.values[0]), policy_moved(v)
+    if moved and late - first >= v.th.truncation:  # runaway text of a degenerating policy, not a short budget
+        return Finding(
+            "truncation_high",
+            "warning",
+            f"{late:.0%} of completions hit the maximum length in the late window ({first:.0%} at step "
+            f"{int(tr.steps[0])}, before the updates), while the policy moved ({moved})",
+            [],
+            "completions began running to the limit as the policy changed: a symptom of that change, not a length "
+            "budget that is too small",
+            v.rec(
+                "Keep the length: settle the policy first (the entropy findings); longer completions would only "
+                "lengthen the runaway text."
+            ),
+            confidence=v.confidence(late, v.th.truncation, 0.6),
+        )
+    return Finding(
+        "truncation_high",
+        "warning",
+        f"{late:.0%} of completions hit the maximum length in the late window",
+        [],
+        "completions are cut off before they finish, so their reward is noise (and runaway penalties dominate)",
+        v.rec("Allow longer completions.", v.change("max_completion_length", "increase", 2.0)),
+        confidence=v.confidence(late, v.th.truncation, 0.6),
+    )

@@ -1,0 +1,135 @@
+"""Every common log format is read into train and eval records with sweeprl's names (small inline logs in each
+format, then every file of the real-run corpus)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from sweeprl.analysis import keys, readers
+from sweeprl.analysis.history import infer_algo, load
+
+TRL_DICTS = """\
+  5%|▌         | 1/20 [00:03<01:00,  3.1s/it]{'loss': 0.0, 'grad_norm': 0.31, 'learning_rate': 1e-06, 'reward': 0.25, 'reward_std': 0.4, 'kl': 0.0, 'epoch': 0.05}
+{'loss': 0.01, 'grad_norm': nan, 'learning_rate': 2e-06, 'reward': 0.5, 'reward_std': 0.3, 'kl': 0.002, 'epoch': 0.1}
+{'eval_loss': 0.2, 'eval_reward': 0.45, 'epoch': 0.1}
+{'loss': 0.02, 'grad_norm': 0.5, 'learning_rate': 3e-06, 'reward': 0.55, 'reward_std': 0.3, 'kl': 0.004, 'epoch': 0.15}
+{'train_runtime': 61.2, 'train_samples_per_second': 1.3, 'train_loss': 0.01, 'epoch': 0.15}
+"""  # noqa: E501 - a console line as printed
+VERL = """\
+(TaskRunner pid=1) \x1b[36mstep:1 - actor/entropy:np.float64(0.52) - actor/kl_loss:0.001 - critic/score/mean:0.10 - response_length/mean:312.0 - actor/pg_clipfrac:0.002
+(TaskRunner pid=1) step:2 - actor/entropy:0.50 - actor/kl_loss:0.002 - critic/score/mean:0.20 - response_length/mean:318.0 - actor/pg_clipfrac:0.003 - val-core/test_score/mean:0.3
+step:3 - actor/entropy:0.49 - actor/kl_loss:0.003 - critic/score/mean:0.25 - response_length/mean:320.0 - actor/pg_clipfrac:0.003
+"""  # noqa: E501
+MLX = """\
+Iter 1: Train loss 0.693, Chosen reward 0.000, Rejected reward 0.000, Learning Rate 1.000e-05, It/sec 1.0
+Iter 2: Train loss 0.500, Chosen reward -0.100, Rejected reward -0.900, Learning Rate 1.000e-05, It/sec 1.1
+Iter 3: Train loss 0.300, Chosen reward -0.300, Rejected reward -2.000, Learning Rate 1.000e-05, It/sec 1.0
+"""
+TABLE_HTML = (
+    "<table><tr><th>Step</th><th>Training Loss</th><th>rewards / chosen</th><th>rewards / margins</th></tr>"
+    "<tr><td>1</td><td>0.693100</td><td>0.000000</td><td>0.0</td></tr>"
+    "<tr><td>2</td><td>0.650000</td><td>0.010000</td><td>No Log</td></tr>"
+    "<tr><td>3</td><td>0.600000</td><td>0.020000</td><td>0.3</td></tr></table>"
+)
+
+
+def write(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_trl_console_dicts_keep_eval_apart_and_drop_the_summary_row(tmp_path):
+    log = readers.read(write(tmp_path, "train.log", TRL_DICTS))
+    assert log.format == "console_dicts" and log.framework == "trl"
+    assert [r["reward"] for r in log.train] == [0.25, 0.5, 0.55]  # the eval row did not replace a train row
+    assert [r["step"] for r in log.train] == [1, 2, 3]  # by position among the train rows
+    assert log.eval == [{"step": 2.0, "loss": 0.2, "reward": 0.45, "epoch": 0.1}]  # at the train row before it
+    assert math.isnan(log.train[1]["grad_norm"]) and len(log.train) == 3  # no train_runtime row
+    assert {"reward", "kl", "grad_norm"} <= set(log.used)
+
+
+def test_verl_console_with_colour_codes_and_numpy_wrappers(tmp_path):
+    log = readers.read(write(tmp_path, "verl.log", VERL))
+    assert log.format == "console_pairs" and log.framework == "verl"
+    assert [r["reward"] for r in log.train] == [0.10, 0.20, 0.25]
+    assert log.train[0]["entropy"] == 0.52 and log.train[2]["kl"] == 0.003
+    assert log.eval and log.eval[0]["test_score/mean"] == 0.3  # val-core/ goes to eval
+    assert infer_algo(log.train) == "grpo"  # critic-free, a per-token KL
+
+
+def test_verl_jsonl_with_a_nested_data_dict(tmp_path):
+    rows = [
+        {"step": i, "data": {"critic/score/mean": 0.1 * i, "actor/entropy": 0.5, "critic/vf_loss": 1.0}} for i in (1, 2)
+    ]
+    log = readers.read(write(tmp_path, "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in rows)))
+    assert [r["reward"] for r in log.train] == [0.1, 0.2] and log.train[0]["loss/value_avg"] == 1.0
+    assert infer_algo(log.train) == "ppo"  # a critic: PPO, whatever the KL is called
+
+
+def test_pretty_printed_json_list_and_bare_log_history_and_a_wrapper(tmp_path):
+    records = [
+        {"step": i, "loss": 0.7 - 0.1 * i, "rewards/chosen": 0.1 * i, "rewards/margins": 0.2 * i} for i in (1, 2, 3)
+    ]
+    for name, text in (
+        ("list.json", json.dumps(records, indent=2)),
+        ("state.json", json.dumps({"log_history": records, "global_step": 3})),
+        ("wrapped.json", json.dumps({"train_loss": [{"step": 1, "loss": 0.6}], "raw_log_history": records})),
+    ):
+        log = readers.read(write(tmp_path, name, text))
+        assert [r["step"] for r in log.train] == [1, 2, 3], name
+        assert infer_algo(log.train) == "dpo"
+
+
+def test_llamafactory_trainer_log_uses_current_steps(tmp_path):
+    rows = [
+        {"current_steps": s, "total_steps": 10, "loss": 0.6, "accuracy": 0.5, "lr": 1e-6, "epoch": 0.1} for s in (5, 10)
+    ]
+    log = readers.read(write(tmp_path, "trainer_log.jsonl", "".join(json.dumps(r) + "\n" for r in rows)))
+    assert [r["step"] for r in log.train] == [5, 10] and log.framework == "llamafactory"
+    assert log.train[0]["rewards/accuracies"] == 0.5 and log.train[0]["learning_rate"] == 1e-6
+
+
+def test_mlx_lines_html_table_and_csv(tmp_path):
+    mlx = readers.read(write(tmp_path, "mlx.log", MLX))
+    assert [r["step"] for r in mlx.train] == [1, 2, 3] and mlx.train[2]["rewards/chosen"] == -0.3
+    table = readers.read(write(tmp_path, "nb.html", TABLE_HTML))
+    assert table.format == "table" and [r["loss"] for r in table.train] == [0.6931, 0.65, 0.6]
+    assert "rewards/margins" not in table.train[1]  # "No Log" is no value
+    csv = readers.read(write(tmp_path, "export.csv", "_step,train/reward,train/kl\n1,0.1,0.0\n2,0.2,0.01\n"))
+    assert [r["reward"] for r in csv.train] == [0.1, 0.2] and csv.train[1]["kl"] == 0.01
+
+
+def test_epochs_without_steps_and_repeated_epochs(tmp_path):
+    per_epoch = readers.normalise([{"epoch": e, "loss": 1.0 / e} for e in (1, 2, 3)])
+    assert [r["step"] for r in per_epoch.train] == [1, 2, 3]
+    same_epoch = readers.normalise([{"epoch": 0.0, "loss": x} for x in (1.0, 2.0, 3.0)])  # KTO's console: epoch 0.0
+    assert [r["loss"] for r in same_epoch.train] == [1.0, 2.0, 3.0]  # by position, not merged into one
+
+
+def test_a_file_of_no_known_metrics_says_what_was_tried(tmp_path):
+    with pytest.raises(readers.LogFormatError, match="no per-step records of known metrics"):
+        readers.read(write(tmp_path, "notes.txt", "hello\nworld\n"))
+    with pytest.raises(readers.LogFormatError, match="no per-step records"):
+        readers.read(write(tmp_path, "cfg.json", json.dumps({"model": "x", "lr": 1e-5})))
+
+
+def test_the_vocabulary_maps_each_foreign_name_to_one_key():
+    seen = {}
+    for framework, theirs, ours in keys.VOCABULARY:
+        assert seen.setdefault(theirs, ours) == ours, (framework, theirs)
+        assert ours in keys.READ or ours in readers.DERIVED, (framework, theirs, ours)
+
+
+def test_every_file_of_the_real_run_corpus_is_read():
+    from conftest import REPO
+
+    corpus = REPO / "tests" / "data" / "real_runs"
+    for line in (corpus / "labels.jsonl").read_text().splitlines():
+        label = json.loads(line)
+        run = load(str(corpus / label["file"]))
+        assert run.records and run.used, label["id"]
+        assert len(run.records) >= 5, (label["id"], len(run.records))
