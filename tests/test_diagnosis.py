@@ -608,3 +608,16 @@ def test_a_policy_that_never_left_the_reference_is_not_told_to_lower_the_learnin
     assert "decrease" not in {c["direction"] for c in short.changes() if c["param"] == "learning_rate"}
     moved = diagnose(prompt_noise_run(0.05, seed=seed))  # same curves, a policy that moved: the entropy's
     assert "entropy_unstable" not in moved.ids()  # volatility is as large at the start: sampling noise
+
+
+def test_the_student_t_tail_matches_scipy_without_importing_it():
+    """The evidence tests use Student's t on the run's noise; sweeprl computes its tail itself (scipy is a test
+    dependency only, and importing scipy.stats costs a second in every trial)."""
+    from scipy.stats import t
+
+    from sweeprl.analysis.rules.base import one_sided_p
+
+    for df in (1, 2, 3, 5, 8, 12, 30, 100, 199):
+        for z in (-3.0, -0.1, 0.0, 0.5, 1.645, 2.7, 8.0, 55.0):
+            assert one_sided_p(z, df) == pytest.approx(float(t.sf(z, df)), rel=1e-9, abs=1e-300)
+    assert one_sided_p(1.645) == pytest.approx(0.05, abs=1e-4)  # no df: the normal tail

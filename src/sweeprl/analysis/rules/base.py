@@ -117,9 +117,39 @@ def one_sided_p(z: float, df: Optional[int] = None) -> float:
     short log's noise estimate is itself uncertain), a standard normal when ``df`` is None."""
     if df is None or df >= 200:
         return 0.5 * math.erfc(z / math.sqrt(2))
-    from scipy.stats import t
+    if math.isinf(z):
+        return 0.0 if z > 0 else 1.0
+    df = max(1, df)
+    tail = 0.5 * _incomplete_beta(df / 2, 0.5, df / (df + z * z))  # P(|T| > |z|) / 2
+    return tail if z >= 0 else 1.0 - tail
 
-    return float(t.sf(z, max(1, df)))
+
+def _incomplete_beta(a: float, b: float, x: float) -> float:
+    """The regularised incomplete beta function I_x(a, b) by its continued fraction (modified Lentz), for
+    Student's t above without a scipy dependency."""
+    if x <= 0.0 or x >= 1.0:
+        return 0.0 if x <= 0.0 else 1.0
+    if x > (a + 1) / (a + b + 2):  # the continued fraction converges fast on this side
+        return 1.0 - _incomplete_beta(b, a, 1.0 - x)
+    tiny = 1e-300
+
+    def clamp(v: float) -> float:
+        return v if abs(v) > tiny else tiny
+
+    c, d = 1.0, 1.0 / clamp(1.0 - (a + b) * x / (a + 1))
+    h = d
+    for m in range(1, 300):
+        for coef in (
+            m * (b - m) * x / ((a - 1 + 2 * m) * (a + 2 * m)),
+            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 1 + 2 * m)),
+        ):
+            d = 1.0 / clamp(1.0 + coef * d)
+            c = clamp(1.0 + coef / c)
+            h *= d * c
+        if abs(d * c - 1.0) < 1e-13:
+            break
+    front = math.exp(a * math.log(x) + b * math.log1p(-x) + math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b))
+    return front * h / a
 
 
 def pval(p: float) -> str:
