@@ -311,7 +311,7 @@ def to_markdown(d: Diagnosis) -> str:
         ]
         if columns["ignored"]:
             more = f" and {len(columns['ignored']) - 14} more" if len(columns["ignored"]) > 14 else ""
-            lines.append(f"Ignored (no rule reads them): {', '.join(columns['ignored'][:14])}{more}.")
+            lines += ["", f"Ignored (no rule reads them): {', '.join(columns['ignored'][:14])}{more}."]
     if d.objective and d.objective.get("basis") == "preference":
         ((term, value),) = d.objective["terms"].items()
         lines += ["", f"Objective (preference): {term.replace('_', ' ')} {num(value, 4)}."]

@@ -76,7 +76,7 @@ class View:
     target_kl_known: bool = True  # False: the default target for a log without config (foreign logs)
     weak: List[str] = field(default_factory=list)  # candidates below the evidence bar, as notes
     eval_records: List[Dict[str, float]] = field(default_factory=list)  # evaluation, read on its own
-    _cache: Dict[Any, Curve] = field(default_factory=dict)
+    _cache: Dict[Any, Any] = field(default_factory=dict)
 
     def c(self, names: Sequence[str]) -> Curve:
         key = tuple(names)
@@ -216,13 +216,29 @@ def spike_points(v: View, c: Curve) -> List[int]:
     return idx
 
 
+def missing_measures(v: View) -> str:
+    """A sentence asking for the measures of the update size the log lacks (KL, entropy); "" when it has both."""
+    missing = [
+        name for name, names in (("the KL to the reference", keys.KL), ("the entropy", keys.ENTROPY)) if not v.c(names)
+    ]
+    if not missing:
+        return ""
+    return f" Log {' and '.join(missing)} to tell an update problem from a reward problem."
+
+
 def update_size(v: View) -> tuple[Optional[str], str]:
     """What the log says about the size of the policy updates: ``("large", evidence)`` when they moved the
     policy a lot (entropy rose past its threshold, KL far above its target and rising, clip fraction or approx-KL
     high, gradient-norm spikes), ``("small", evidence)`` when they barely moved it (KL to the reference and
     approx-KL tiny, entropy and clip fraction still), ``(None, why)`` when the log has no measure of it. A
     learning-rate direction needs this evidence: the shape of the reward alone does not tell a step too large
-    from a reward that stopped separating samples."""
+    from a reward that stopped separating samples. Computed once per view."""
+    if "update_size" not in v._cache:
+        v._cache["update_size"] = _update_size(v)
+    return v._cache["update_size"]
+
+
+def _update_size(v: View) -> tuple[Optional[str], str]:
     th = v.th
     large: List[str] = []
     ent = v.c(keys.ENTROPY)

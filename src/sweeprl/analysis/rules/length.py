@@ -39,7 +39,11 @@ def f_length_hacking(v: View) -> Optional[Finding]:
         if not drift
         else evidence + " while the reward stayed flat",
         [],
-        "the reward is being earned through completion length rather than content"
+        (
+            "the reward is being earned through completion length rather than content"
+            if corr > 0
+            else "completions grow longer as the reward falls: runaway text that the reward pays less for"
+        )
         if not drift
         else "the policy drifts to longer completions that earn nothing more: a length the reward does not check",
         v.rec(

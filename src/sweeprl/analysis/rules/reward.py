@@ -18,6 +18,7 @@ from sweeprl.analysis.rules.base import (
     first_sustained,
     flat_shape,
     level_test,
+    missing_measures,
     policy_moved,
     policy_still,
     pval,
@@ -61,7 +62,7 @@ def _fell_from_the_start(v: View, s: dict) -> Optional[Finding]:
     else:
         rec = v.rec(
             f"The log does not show updates too large ({why}): check that the reward scores what the untrained "
-            "model already did right, and log KL and entropy to tell an update problem from a reward problem."
+            "model already did right." + missing_measures(v)
         )
     return Finding(
         "reward_collapse",
@@ -88,7 +89,7 @@ def _lr_down(v: View, factor: float, kl_factor: float, what: str) -> tuple[str, 
     return (
         f"{what[0].upper()}{what[1:]} The log does not show updates too large ({why}), so the learning rate is "
         "not the evident cause: check the reward and the data at the fall (a reward model drifting, harder prompts, "
-        "truncated completions), and log KL and entropy to tell.",
+        "truncated completions)." + missing_measures(v),
         [],
     )
 
@@ -253,8 +254,8 @@ def f_reward_flat(v: View) -> Optional[Finding]:
             [],
             f"no learning signal is getting through; the log does not tell whether the updates are too small ({why})",
             v.rec(
-                "Check the reward separates good from bad samples; log the KL to the reference and the entropy: if "
-                "they barely move, raise the learning rate."
+                "Check the reward separates good from bad samples; if the KL to the reference and the entropy barely "
+                "move, raise the learning rate." + missing_measures(v)
             ),
             confidence=conf,
         )
