@@ -22,6 +22,13 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # mlflow ui/server started by tests: no background job runners (they outlive the server and leave /dev/shm dirs)
 os.environ.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
 
+# Test processes share the cores: each xdist worker (and every trial it starts, which inherits this) gets its share
+# of threads. Two workers each running 2-thread torch on 2 cores made trials up to 5x slower (OpenMP threads wait on
+# each other's time slices); the sweeper's slots share OMP_NUM_THREADS out too (slots.cpu_budget).
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT") and "OMP_NUM_THREADS" not in os.environ:
+    _share = str(max(1, len(os.sched_getaffinity(0)) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
+    os.environ.update(OMP_NUM_THREADS=_share, MKL_NUM_THREADS=_share)
+
 # Hydra's plugin scan (re-)executes every hydra_plugins module; run it once now, before the test modules
 # import plugin classes, so that the classes they hold are the ones the sweeper raises and returns.
 from hydra.core.plugins import Plugins  # noqa: E402

@@ -194,6 +194,8 @@ def test_sweep_trials_each_train_in_two_processes(tmp_path, model_cache):
     sweep_dir = tmp_path / "multirun" / STUDY
     study = optuna.load_study(study_name=STUDY, storage=f"sqlite:///{sweep_dir}/optuna.db")
     assert [t.state.name for t in study.trials] == ["COMPLETE", "COMPLETE"]
+    for n in (0, 1):  # every process left the process group before exiting: no abort at interpreter exit
+        assert "terminate called" not in (sweep_dir / f"trial_{n}" / "trial_process.log").read_text()
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
     exp = client.get_experiment_by_name(STUDY)
     runs = client.search_runs([exp.experiment_id], "tags.`sweeprl.role` = 'trial'")

@@ -132,6 +132,33 @@ def test_each_trial_is_told_how_many_trials_share_the_machine():
     assert "sweeprl.slots" in RUNTIME_NOT_PARAMS  # bookkeeping, not an MLflow param
 
 
+@pytest.mark.parametrize(
+    "affinity, omp, slots, threads",
+    [
+        ({0, 1, 2, 3}, None, 2, 2),
+        ({0, 1, 2, 3}, "1", 2, 1),
+        ({0, 1, 2, 3}, "2", 1, 2),
+        ({5}, None, 2, 1),
+        ({0, 1}, "x", 1, 2),
+    ],
+)
+def test_slots_share_the_drivers_cpus_not_the_machines(monkeypatch, affinity, omp, slots, threads):
+    """A driver pinned to some cores (taskset, a SLURM allocation) or told OMP_NUM_THREADS shares those, not every
+    core of the machine: the slots' threads never oversubscribe what the driver was given."""
+    import os
+
+    from hydra_plugins.sweeprl_sweeper.slots import SlotPool
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: affinity)
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    if omp is None:
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    else:
+        monkeypatch.setenv("OMP_NUM_THREADS", omp)
+    pool = SlotPool(slots, ["python", "app.py"], [])
+    assert pool.threads == threads and pool.env_for(0)["OMP_NUM_THREADS"] == str(threads)
+
+
 # ---------------------------------------------------------------------------------------------- CMA-ES
 @pytest.mark.e2e
 def test_cmaes_sampler_runs_a_real_sweep(tmp_path, model_cache):

@@ -27,7 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 from sweeprl import trial_record
 from sweeprl.analysis.objective import ObjectiveError, ObjectiveResult, compute_objective, objective_metrics
 from sweeprl.config.algos import ALGOS
-from sweeprl.config.launch import is_main_process, local_world_size
+from sweeprl.config.launch import is_main_process, leave_process_group, local_world_size
 from sweeprl.config.validate import validate_once
 from sweeprl.formatting import verbose
 from sweeprl.tracking import PARENT_TAG, TAG_ROLE, TAG_STATE, TAG_STUDY, TAG_TRIAL, flatten, resolve_uri
@@ -201,6 +201,7 @@ def run_trial(
         if not main:
             if not pruning.reason and cfg.sweeprl.save_model:
                 save_model(trainer, out)  # every process: a collective with DeepSpeed/FSDP and in PPO
+            leave_process_group()
             return None
         result = compute_objective(recorder.history, cfg.objective)
         if fault and fault.get("objective_nan"):
@@ -227,6 +228,7 @@ def run_trial(
         tags, status = {TAG_STATE: "COMPLETE"}, "FINISHED"
         if cfg.sweeprl.save_model:
             save_model(trainer, out)
+    leave_process_group()  # the last collective is behind us; the main process records alone
     diagnosis = _record(out, run, recorder, result, outcome, resolved, sweep_params, tags, status)
     if pruning.reason and in_sweep:
         import optuna

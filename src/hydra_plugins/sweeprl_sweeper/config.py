@@ -262,7 +262,7 @@ class SweeprlSweeperConf:
     slots: int = 1
     # devices per slot, e.g. [[0],[1],[2,3]]: each trial process sees only its own (CUDA_VISIBLE_DEVICES)
     devices: Optional[List[List[int]]] = None
-    # CPU threads per slot (OMP_NUM_THREADS, torch threads); None = cores // slots
+    # CPU threads per slot (OMP_NUM_THREADS, torch threads); None = cores // slots (slots.cpu_budget)
     threads_per_slot: Optional[int] = None
     # seconds; a trial still running then is killed and marked FAIL (implies process mode)
     trial_timeout: Optional[float] = None

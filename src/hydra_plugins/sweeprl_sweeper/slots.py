@@ -7,9 +7,9 @@ process per device) with ``<overrides> hydra.run.dir=<trial dir>`` per trial, on
 whatever finishes is told to the study and its slot gets the next trial immediately. The trial's return value comes
 back through the result file that the :class:`~hydra_plugins.sweeprl_sweeper.outcomes.ResultFile` callback writes.
 Per slot: its devices (``CUDA_VISIBLE_DEVICES``) and a CPU thread budget (``OMP_NUM_THREADS``/``MKL_NUM_THREADS``
-and torch's thread count) so slots do not oversubscribe the cores. A process gets its own session, so a timeout
-(``trial_timeout``) or Ctrl-C kills the trial with everything it started. Output goes to ``trial_process.log`` in
-the trial dir.
+and torch's thread count; :func:`cpu_budget` shared out) so slots do not oversubscribe the cores. A process gets its
+own session, so a timeout (``trial_timeout``) or Ctrl-C kills the trial with everything it started. Output goes to
+``trial_process.log`` in the trial dir.
 """
 
 import os
@@ -25,6 +25,18 @@ Command = Union[Sequence[str], Callable[[Optional[List[int]]], List[str]]]
 
 PROCESS_LOG = "trial_process.log"
 RESULT_CALLBACK = "++hydra.callbacks.sweeper_result._target_=hydra_plugins.sweeprl_sweeper.outcomes.ResultFile"
+
+
+def cpu_budget() -> int:
+    """CPUs the slots of this driver share: its affinity mask (taskset, cgroup cpusets, a SLURM allocation), capped
+    by ``OMP_NUM_THREADS`` when the driver's own environment sets it (a job script's way of naming its cores; torch
+    would use that many threads in any process that inherits it)."""
+    try:
+        cpus = len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):  # macOS, Windows
+        cpus = os.cpu_count() or 1
+    inherited = os.environ.get("OMP_NUM_THREADS", "")
+    return min(cpus, int(inherited)) if inherited.isdigit() and int(inherited) > 0 else cpus
 
 
 @dataclass
@@ -65,7 +77,7 @@ class SlotPool:
         self.command = command if callable(command) else list(command)
         self.base_args = list(base_args)
         self.devices = [list(d) for d in devices] if devices is not None else None
-        self.threads = threads_per_slot or max(1, (os.cpu_count() or 1) // self.slots)
+        self.threads = threads_per_slot or max(1, cpu_budget() // self.slots)
         self.trial_timeout = trial_timeout
         self.running: Dict[int, Running] = {}  # slot -> running trial
 

@@ -61,6 +61,17 @@ def is_main_process() -> bool:
     return process_rank() == 0
 
 
+def leave_process_group() -> None:
+    """Every process of a launch, once its collective work is done: wait for the others, then destroy the process
+    group. A process that exits with the group alive can abort at interpreter exit (gloo's worker threads outlive
+    Python: "terminate called without an active exception"), which fails the trial after it trained."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
 def launched() -> bool:
     """True inside a process that a distributed launcher started (torchrun, ``accelerate launch``)."""
     return "LOCAL_RANK" in os.environ or "RANK" in os.environ
