@@ -14,11 +14,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchmarks_md import update_row  # noqa: E402
+from scoring_rates import compare  # noqa: E402
 
 MARK = "(* END *)"
 
@@ -42,12 +42,6 @@ def completions(limit: int = 0):
     return jobs
 
 
-def rate(scorer, jobs) -> tuple[float, list]:
-    t0 = time.perf_counter()
-    scores = scorer.score_many(jobs)
-    return len(jobs) / (time.perf_counter() - t0), scores
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeats", type=int, default=2)
@@ -59,16 +53,8 @@ def main() -> None:
     jobs = completions(args.problems)
     cores = os.cpu_count() or 1
     seq, par = OCamlScorer(workers=1), OCamlScorer(workers=cores)
-    seq_rates, par_rates = [], []
-    for i in range(args.repeats):
-        r_seq, s_seq = rate(seq, jobs)
-        r_par, s_par = rate(par, jobs)
-        assert [s.reward for s in s_seq] == [s.reward for s in s_par], "parallel scoring changed a reward"
-        seq_rates.append(r_seq)
-        par_rates.append(r_par)
-        print(f"repeat {i + 1}: sequential {r_seq:.1f}/s, parallel ({cores} workers) {r_par:.1f}/s", flush=True)
+    best_seq, best_par, s_par = compare(seq, par, jobs, args.repeats, cores)
     mix = {"correct (1.0)": sum(s.reward == 1.0 for s in s_par), "other": sum(s.reward != 1.0 for s in s_par)}
-    best_seq, best_par = max(seq_rates), max(par_rates)
     ratio = best_par / best_seq
     print(
         f"\n{len(jobs)} completions ({mix}), isolation={seq.sandbox.isolation}: sequential {best_seq:.1f}/s, "

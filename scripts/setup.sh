@@ -24,6 +24,7 @@ apt_install() {  # packages the tests need; installed with apt-get when missing 
   local missing=()
   command -v ocamlc >/dev/null || missing+=(ocaml-nox)
   command -v bwrap >/dev/null || missing+=(bubblewrap)
+  [ -x /usr/bin/python3 ] || missing+=(python3)  # the Python unit-test reward's interpreter in the sandbox
   ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || missing+=(postgresql)
   command -v chromium >/dev/null || missing+=(chromium)  # the report is measured in a real browser
   [ ${#missing[@]} -eq 0 ] && return 0

@@ -109,12 +109,12 @@ def test_curriculum_weights_by_progress():
 
 def test_workers_0_is_this_trials_share_of_the_cpus(monkeypatch):
     """workers: 0 = max(1, cpus // slots): 8 slots on 8 cores score with 1 thread each, not 8 each."""
-    from sweeprl.rewards import build_reward, ocaml
+    from sweeprl.rewards import build_reward, ocaml, scoring
 
-    assert ocaml.available_cpus() == len(os.sched_getaffinity(0))  # the CPUs this process may use
+    assert scoring.available_cpus() == len(os.sched_getaffinity(0))  # the CPUs this process may use
     cases = [(8, 1, 8), (8, 2, 4), (8, 3, 2), (8, 8, 1), (8, 16, 1), (2, 1, 2), (1, 4, 1)]
-    assert [ocaml.default_workers(slots, cpus) for cpus, slots, _ in cases] == [w for *_, w in cases]
-    monkeypatch.setattr(ocaml, "available_cpus", lambda: 8)
+    assert [scoring.default_workers(slots, cpus) for cpus, slots, _ in cases] == [w for *_, w in cases]
+    monkeypatch.setattr(scoring, "available_cpus", lambda: 8)
     assert OCamlScorer().workers == 8  # a single run
     assert OCamlScorer(slots=4).workers == 2
     assert OCamlScorer(workers=3, slots=4).workers == 3  # an explicit workers: N stays N

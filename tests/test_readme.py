@@ -97,7 +97,7 @@ def sweep_size(args: List[str]) -> List[str]:
 
 def tiny(args: List[str], model_cache: Path) -> List[str]:
     """Tiny-model overrides for a ``python -m sweeprl`` training command (not subcommands or --cfg)."""
-    subcommands = ("score", "diagnose", "report", "trials", "export", "plan", "build-model")
+    subcommands = ("score", "diagnose", "report", "trials", "export", "plan", "build-model", "import-recipe")
     if not args or args[0] in subcommands or any(a.startswith("--cfg") for a in args):
         return args
     extra = [f"model.cache_dir={model_cache}", "algo.max_steps=3", "hydra.sweeper.report=false"]
@@ -116,7 +116,8 @@ class Scratch:
     def __init__(self, root: Path, model_cache: Path):
         self.root, self.model_cache = root, model_cache
         (root / ".venv").symlink_to(REPO / ".venv")
-        (root / "bench").symlink_to(REPO / "bench")
+        for shared in ("bench", "examples", "tests"):  # README commands read files of the checkout
+            (root / shared).symlink_to(REPO / shared)
         self.env = {**os.environ, "PATH": f"{VENV_BIN}:{os.environ['PATH']}"}
         self.cleanup: List = []
 

@@ -277,7 +277,8 @@ def _build_trainer(cfg: DictConfig, out: Path, run: Optional[TrialRun], progress
         "slots": int(cfg.sweeprl.get("slots", 1) or 1) * local_world_size(),
     }
     reward_funcs = [
-        build_reward(spec.name, OmegaConf.to_container(spec.kwargs, resolve=True), context) for spec in cfg.reward.funcs
+        build_reward(spec.name, OmegaConf.to_container(spec.kwargs, resolve=True), context, spec.get("_target_"))
+        for spec in cfg.reward.funcs
     ]
     reward_weights = [float(spec.weight) for spec in cfg.reward.funcs]
     reward_funcs = with_best_of_n(reward_funcs, reward_weights, group_size=int(cfg.algo.get("num_generations", 1) or 1))

@@ -33,7 +33,7 @@ from typing import Any, List, Optional, Tuple
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from sweeprl.config import CONFIG_DIR
 from sweeprl.config.precheck import single_run_overrides
@@ -81,7 +81,9 @@ def main(args: List[str]) -> Optional[int]:
             problem, args = _preflight(cfg, args)
             if problem:
                 return 2
-    sys.argv = [sys.argv[0] or "sweeprl", *args]
+    from sweeprl.config.precheck import user_searchpath
+
+    sys.argv = [sys.argv[0] or "sweeprl", *user_searchpath(args), *args]
     run_hydra()
     return None
 
@@ -123,12 +125,27 @@ def _preflight(cfg: DictConfig, args: List[str]) -> Tuple[Optional[str], List[st
     for warning in warnings:
         print(f"sweeprl: {warning}", file=sys.stderr)
     if not problem:
+        problem = _task_problem(cfg)
+    if not problem:
         from sweeprl.cli.fit_check import fit_problem
 
         problem = fit_problem(cfg)  # GPUs present: would one trial fit? (nothing checked on a CPU machine)
     if problem:
         print(f"sweeprl: cannot run here: {problem}", file=sys.stderr)
     return problem, args
+
+
+def _task_problem(cfg: DictConfig) -> Optional[str]:
+    """The user's own task, checked before any trial or model load: reward imports and signatures, and the prompt
+    file with its mapped columns."""
+    from sweeprl.rewards import problems
+
+    found = problems(OmegaConf.to_container(cfg.reward.funcs, resolve=True))
+    if cfg.data.name == "prompts":
+        from sweeprl.data.prompts import problems as data_problems
+
+        found += data_problems(cfg.data)
+    return "; ".join(found) or None
 
 
 def run_composed_once(overrides: List[str], prechecked: bool) -> Any:

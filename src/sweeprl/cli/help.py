@@ -110,6 +110,7 @@ def help_text(width: int = 0) -> str:
                 "export STUDY": "the best trial's weights + a command to continue training",
                 "plan [OVERRIDES]": "GPU memory and time per trial; whether it fits 24/80 GB",
                 "build-model MODEL": "build a local model (tiny_ocaml: pretrained on OCaml)",
+                "import-recipe FILE": "a TRL/open-r1 GRPO recipe as an experiment preset",
             },
             width,
         ),

@@ -47,11 +47,12 @@ def compose(overrides: List[str]) -> Any:
     from omegaconf.errors import OmegaConfBaseException
 
     from sweeprl.config import CONFIG_DIR
+    from sweeprl.config.precheck import user_searchpath
     from sweeprl.config.validate import ConfigValidationError, validate_once
 
     try:
         with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-            cfg = hydra_compose(config_name="config", overrides=list(overrides))
+            cfg = hydra_compose(config_name="config", overrides=[*user_searchpath(overrides), *overrides])
         validate_once(cfg)
     except (HydraException, OmegaConfBaseException, ConfigValidationError) as exc:
         raise SystemExit(f"plan: {exc}") from None
@@ -229,7 +230,16 @@ def main(argv: List[str]) -> int:
     if args.gpus < 1:
         raise SystemExit("plan: --gpus must be >= 1")
     cfg = compose(args.overrides)
-    plans = memory.plan(cfg, devices, args.gpus, args.mfu, args.mbu)
+    try:
+        plans = memory.plan(cfg, devices, args.gpus, args.mfu, args.mbu)
+    except ValueError as exc:
+        raise SystemExit(f"plan: {exc}") from None
+    except OSError as exc:  # the architecture from the hub: offline, a typo in the id, a gated repo
+        raise SystemExit(
+            f"plan: model.name_or_path={cfg.model.name_or_path!r} is not a local model dir nor one of the published "
+            f"configs plan knows, and the hub did not give its config.json ({str(exc).splitlines()[0]}); give a "
+            "local model dir, or run once with network"
+        ) from None
     fits = max(plans, key=lambda p: p.usable).fits
     found = [] if fits else suggestions(cfg, devices)
     assumptions = (

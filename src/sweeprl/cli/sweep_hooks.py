@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shlex
 import sys
 from collections import Counter
 from pathlib import Path
@@ -343,7 +344,9 @@ class SweeprlHooks(SweepHooks):
             except (OSError, yaml.YAMLError):
                 continue
             keep = [str(o) for o in items if not _plumbing(str(o))]
-            return " ".join([executable(), "-m sweeprl", *keep])  # a multi-seed trial: its first seed
+            # quoted for a shell (a reward list with spaces and braces pastes as one argument); a multi-seed
+            # trial: its first seed
+            return " ".join([executable(), "-m sweeprl", *(shlex.quote(o) for o in keep)])
         return ""
 
 

@@ -12,6 +12,7 @@ import copy
 import difflib
 import re
 from dataclasses import fields, is_dataclass
+from pathlib import Path
 from typing import List, Optional, Tuple
 
 from hydra import compose, initialize_config_dir
@@ -67,7 +68,8 @@ class MalformedOverride(ValueError):
 
 
 def task_overrides(overrides: List[str]) -> List[str]:
-    """Drop sweep overrides and hydra settings; raise MalformedOverride for text Hydra cannot parse."""
+    """Drop sweep overrides and hydra settings but the search path; raise MalformedOverride for text Hydra cannot
+    parse."""
     parser = OverridesParser.create()
     kept = []
     for line in overrides:
@@ -78,15 +80,29 @@ def task_overrides(overrides: List[str]) -> List[str]:
             raise MalformedOverride(
                 f"malformed override {line!r}: {first} (grammar: https://hydra.cc/docs/advanced/override_grammar/basic)"
             ) from exc
-        if ov.is_hydra_override() or ov.is_sweep_override():
-            continue
+        if (ov.is_hydra_override() and ov.get_key_element() != "hydra.searchpath") or ov.is_sweep_override():
+            continue  # (the search path decides which presets exist)
         kept.append(line)
     return kept
+
+
+USER_CONFIG_DIR = "conf"
+
+
+def user_searchpath(overrides: List[str]) -> List[str]:
+    """``hydra.searchpath=[file://<cwd>/conf]`` when the directory sweeprl runs from has a ``conf/`` of its own
+    (your presets: ``conf/experiment/<name>.yaml``, as ``import-recipe`` writes them; sweeprl's own win over a file
+    of the same name), and the command line does not set a search path itself; else nothing."""
+    own = Path(USER_CONFIG_DIR).resolve()
+    if not own.is_dir() or own == CONFIG_DIR.resolve() or any(o.startswith("hydra.searchpath") for o in overrides):
+        return []
+    return [f"hydra.searchpath=[file://{own}]"]
 
 
 def _compose(overrides: List[str], return_hydra_config: bool = False) -> DictConfig:
     """Compose with Hydra's compose API: in the caller's Hydra context when there is one (a run composed once,
     :func:`sweeprl.cli.app.main`), else in a context of its own."""
+    overrides = [*user_searchpath(overrides), *overrides]
     if GlobalHydra.instance().is_initialized():
         return compose(config_name="config", overrides=overrides, return_hydra_config=return_hydra_config)
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):

@@ -109,9 +109,18 @@ class LoraConfig:
 # -------------------------------------------------------------------------------------------- reward
 @dataclass
 class RewardFuncSpec:
-    name: str = f(MISSING, "Registered reward function name (see sweeprl.rewards.REGISTRY).")
+    name: str = f(
+        MISSING,
+        "A registered reward (sweeprl.rewards.REGISTRY), or the import path (pkg.module:function) of a function "
+        "with TRL's reward signature; with _target_ it only names the reward in the logs.",
+    )
     weight: float = f(1.0, "Weight of this function in the summed reward.")
-    kwargs: Dict[str, Any] = f({}, "Keyword arguments of the reward factory.")
+    kwargs: Dict[str, Any] = f(
+        {}, "Keyword arguments: of the registered factory, of each call of an imported function, or of _target_."
+    )
+    _target_: Optional[str] = f(
+        None, "Import path of a factory (class or function) that Hydra's instantiate calls with kwargs once."
+    )
 
 
 @dataclass

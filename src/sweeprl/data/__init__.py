@@ -1,7 +1,8 @@
 """Training/validation prompt datasets, built by name from the ``data`` config group.
 
-Builders: :mod:`sweeprl.data.synthetic` (``synthetic_prompts``) and :mod:`sweeprl.data.ocaml`
-(``ocaml_problems``); a new one registers with :func:`sweeprl.data.registry.builder` and is imported here.
+Builders: :mod:`sweeprl.data.synthetic` (``synthetic_prompts``), :mod:`sweeprl.data.ocaml`
+(``ocaml_problems``) and :mod:`sweeprl.data.prompts` (``prompts``: your own file or hub dataset); a new one
+registers with :func:`sweeprl.data.registry.builder` and is imported here.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from typing import Any, Tuple
 
 from omegaconf import DictConfig
 
-from sweeprl.data import ocaml, synthetic  # noqa: F401  (register their builders)
+from sweeprl.data import ocaml, prompts, synthetic  # noqa: F401  (register their builders)
 from sweeprl.data.registry import BUILDERS, in_validation, truncate_prompts
 
 

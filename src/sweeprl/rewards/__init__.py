@@ -36,17 +36,26 @@ def completion_text(completion: Any) -> str:
     return str(completion)
 
 
-def build_reward(name: str, kwargs: Dict[str, Any] | None = None, context: Dict[str, Any] | None = None) -> RewardFunc:
-    """Instantiate a registered reward; unknown names fail with the list of available ones.
+def build_reward(
+    name: str,
+    kwargs: Dict[str, Any] | None = None,
+    context: Dict[str, Any] | None = None,
+    target: str | None = None,
+) -> RewardFunc:
+    """Instantiate a registered reward, or a user's own named by import path or ``target``
+    (:mod:`sweeprl.rewards.custom`); unknown names fail with the list of available ones.
 
     ``context`` holds trial facts (``output_dir``, ``max_completion_length``, ``max_steps``, ``slots``: trials of
     the sweep sharing this machine's CPUs, 1 for a single run); each is passed
     only to factories that declare a parameter of that name, and never overrides a configured value.
     """
     load_builtin()
+    if target or (name not in REGISTRY and custom.is_import_path(name)):
+        return custom.custom_reward(name, target, dict(kwargs or {}))
     if name not in REGISTRY:
         raise KeyError(
-            f"reward.funcs[].name={name!r} is not a registered reward; available: {', '.join(sorted(REGISTRY))}"
+            f"reward.funcs[].name={name!r} is not a registered reward; available: {', '.join(sorted(REGISTRY))}, "
+            "or the import path of your own function (pkg.module:function)"
         )
     factory = REGISTRY[name]
     accepted = inspect.signature(factory).parameters
@@ -60,11 +69,20 @@ def build_reward(name: str, kwargs: Dict[str, Any] | None = None, context: Dict[
 
 
 def load_builtin() -> None:
-    from sweeprl.rewards import (  # noqa: F401  (registers ocaml_syntax_aware, teacher_relative, length, charset)
+    from sweeprl.rewards import (  # noqa: F401  (registers ocaml_syntax_aware, python_tests, teacher_relative, length, charset)
         ocaml,
+        python,
         teacher,
         text,
     )
 
 
-__all__ = ["REGISTRY", "RewardFunc", "build_reward", "completion_text", "register"]
+def problems(funcs: List[Dict[str, Any]]) -> List[str]:
+    """What is wrong with ``reward.funcs`` (plain dicts) before any trial: unknown names, imports, signatures."""
+    load_builtin()
+    return custom.problems(funcs, sorted(REGISTRY))
+
+
+from sweeprl.rewards import custom  # noqa: E402  (imports nothing of this package)
+
+__all__ = ["REGISTRY", "RewardFunc", "build_reward", "completion_text", "problems", "register"]

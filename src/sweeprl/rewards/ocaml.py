@@ -32,20 +32,17 @@ and every scored completion is appended to ``completions.jsonl`` in the trial di
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import re
 import shutil
 import subprocess
-import threading
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from sweeprl import trial_record
-from sweeprl.rewards import completion_text, register
+from sweeprl.rewards import register
+from sweeprl.rewards.scoring import ScoreLog, parallel_map, resolve_workers
+from sweeprl.rewards.test_loop import TEST_LOOP
 from sweeprl.sandbox import Limits, Sandbox
 
 log = logging.getLogger(__name__)
@@ -55,20 +52,6 @@ COMPONENTS = tuple(DEFAULT_WEIGHTS)
 ITEM_START = re.compile(r"^(let|type|module|open|exception|external|class)\b")
 FENCE = re.compile(r"^\s*```[a-zA-Z]*\s*$")
 COMMENT_ONLY = re.compile(r"^\s*\(\*.*\*\)\s*$")
-
-
-def available_cpus() -> int:
-    """CPUs this process may run on: its affinity mask (taskset, cgroups cpusets, SLURM) where the OS has one."""
-    try:
-        return len(os.sched_getaffinity(0)) or 1
-    except (AttributeError, OSError):  # macOS, Windows
-        return os.cpu_count() or 1
-
-
-def default_workers(slots: int = 1, cpus: Optional[int] = None) -> int:
-    """``workers: 0``: this trial's share of the CPUs, ``max(1, cpus // slots)`` (``slots``: trials at once)."""
-    cpus = available_cpus() if cpus is None else cpus
-    return max(1, int(cpus) // max(1, int(slots)))
 
 
 class OCamlToolchainMissing(RuntimeError):
@@ -158,9 +141,10 @@ def single_harness(test: str) -> str:
 
 
 # The whole pipeline of one completion, as one POSIX shell script run inside the sandbox.
-SCRIPT = r"""
+SCRIPT = (
+    r"""
 OC="ocamlc -w -a"
-ntests=$1; ttimeout=$2; nitems=$3
+ntests=$1; ttimeout=$2; nitems=$3; nonce=""
 if $OC -stop-after typing -c full.ml 2>/dev/null; then
   echo "TYPE_ERRORS 0"; cp full.ml acc.ml
 else
@@ -179,41 +163,22 @@ elif [ -s acc.ml ] && $OC -o acc.byte acc.ml 2>/dev/null; then
 else
   echo "COMPILE none"; exit 0
 fi
-# In our own PID namespace (bubblewrap) PIDs are allocated one after another, so the PIDs a test run used
-# tell whether the tested code started processes (Sys.command, fork): such a run fails and its processes die.
-# The PID is read with a shell builtin (no fork: a fork bomb may have used up the process limit), and a failed
-# read counts as "spawned" (fail closed).
-lastpid() { read -r LP < /proc/sys/kernel/ns_last_pid 2>/dev/null || LP=-1; }
-clean=0
-# the baseline has exactly the shape of a test run below (bash forks differently with a redirection)
-if [ -n "$SANDBOX_PIDNS" ]; then
-  lastpid; a=$LP; r=$(timeout -s KILL $ttimeout true 2>/dev/null) || true; lastpid; b=$LP; clean=$((b-a))
-fi
-run_tests() {  # $1 = binary, $2 = first test index, $3 = count
-  j=0
-  while [ $j -lt $3 ]; do
-    lastpid; a=$LP
-    r=$(timeout -s KILL $ttimeout ocamlrun ./$1 $j 2>/dev/null) || true
-    lastpid; b=$LP
-    [ -z "$r" ] && r=TIMEOUT_OR_CRASH
-    if [ -n "$SANDBOX_PIDNS" ] && { [ $a -lt 0 ] || [ $b -lt 0 ] || [ $((b-a)) -gt $clean ]; }; then
-      r=SPAWNED_PROCESSES; kill -9 -1 2>/dev/null
-    fi
-    echo "TEST $(($2+j)) $r"; j=$((j+1))
-  done
-}
+"""
+    + TEST_LOOP
+    + r"""
 cat full.ml tests.ml > harness.ml
 if $OC -o harness.byte harness.ml 2>/dev/null; then
-  run_tests harness.byte 0 $ntests
+  run_tests 0 $ntests ocamlrun ./harness.byte
 else
   k=0
   while [ $k -lt $ntests ]; do
     cat full.ml test_$k.ml > one.ml
-    if $OC -o one.byte one.ml 2>/dev/null; then run_tests one.byte $k 1; else echo "TEST $k NOT_TYPED"; fi
+    if $OC -o one.byte one.ml 2>/dev/null; then run_tests $k 1 ocamlrun ./one.byte; else echo "TEST $k NOT_TYPED"; fi
     k=$((k+1))
   done
 fi
 """
+)
 
 
 class OCamlScorer:
@@ -246,7 +211,7 @@ class OCamlScorer:
         self.compile_seconds = compile_seconds
         self.base_limits = limits or Limits()
         self.sandbox = Sandbox(self.base_limits, isolation=isolation)
-        self.workers = int(workers) if workers else default_workers(slots)  # 0 = this trial's share of the CPUs
+        self.workers = resolve_workers(workers, slots)  # 0 = this trial's share of the CPUs
 
     def score(
         self,
@@ -309,10 +274,7 @@ class OCamlScorer:
         self, jobs: Sequence[tuple[str, Sequence[str], bool]], weights: Optional[Mapping[str, float]] = None
     ) -> List[Score]:
         """Score ``(completion, tests, truncated)`` jobs in parallel, results in input order."""
-        if self.workers <= 1 or len(jobs) <= 1:
-            return [self.score(c, t, tr, weights) for c, t, tr in jobs]
-        with ThreadPoolExecutor(max_workers=self.workers) as pool:
-            return list(pool.map(lambda j: self.score(j[0], j[1], j[2], weights), jobs))
+        return parallel_map(lambda j: self.score(j[0], j[1], j[2], weights), jobs, self.workers)
 
 
 def weights_at(progress: float, base: Mapping[str, float], curriculum: Sequence[Mapping[str, Any]]) -> Dict[str, float]:
@@ -369,8 +331,7 @@ def ocaml_syntax_aware(
     )
     curriculum = [dict(p) for p in (curriculum or [])]
     validate_curriculum(curriculum)
-    sink = Path(output_dir) / trial_record.COMPLETIONS if output_dir else None
-    lock = threading.Lock()
+    record = ScoreLog("ocaml", COMPONENTS, output_dir)
 
     def ocaml_syntax_aware(
         completions,
@@ -383,23 +344,15 @@ def ocaml_syntax_aware(
     ) -> List[float]:
         if tests is None:
             raise KeyError("reward ocaml_syntax_aware needs a 'tests' column in the dataset (data=ocaml_problems)")
-        texts = [completion_text(c) for c in completions]
+        texts = record.texts(completions)
         truncated = [
             bool(max_completion_length and ids is not None and len(ids) >= max_completion_length)
             for ids in (completion_ids or [None] * len(texts))
         ]
-        step = int(getattr(trainer_state, "global_step", 0) or 0)
-        progress = step / max_steps if max_steps else 0.0
+        progress = record.step(trainer_state) / max_steps if max_steps else 0.0
         w = weights_at(progress, scorer.weights, curriculum)
         scores = scorer.score_many(list(zip(texts, tests, truncated)), weights=w)
-        if log_metric is not None:
-            for comp in COMPONENTS:
-                log_metric(f"rewards/ocaml/{comp}", sum(getattr(s, comp) for s in scores) / max(1, len(scores)))
-        if sink is not None:
-            with lock, sink.open("a") as fh:
-                for i, (text, s) in enumerate(zip(texts, scores)):
-                    pid = id[i] if id is not None else None
-                    fh.write(json.dumps({"step": step, "problem_id": pid, "completion": text, **s.as_dict()}) + "\n")
+        record.write(scores, texts, id, trainer_state, log_metric)
         return [s.reward for s in scores]
 
     return ocaml_syntax_aware

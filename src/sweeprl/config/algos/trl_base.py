@@ -108,29 +108,45 @@ class TRLAlgoConfig:
 
 
 def batch_cross_checks(cfg: DictConfig) -> List[str]:
-    """The generation batch (``generation_batch_size``, else batch x accumulation) must hold whole groups of
-    ``num_generations`` and be a multiple of the micro-batch (TRL checks both in ``__post_init__``, after the
-    model is loaded; this says it before, with the group sizes that would fit)."""
+    """The generation batch (``generation_batch_size``, else batch x processes x accumulation) must hold whole groups
+    of ``num_generations`` and be a multiple of the global micro-batch (TRL checks both in ``__post_init__``, after
+    the model is loaded; this says it before, with the group sizes that would fit). Under ``sweeprl.launch=
+    accelerate`` without ``sweeprl.num_processes`` the process count is the slot's GPUs, known only in the trial:
+    TRL checks it there."""
     algo = cfg.algo
     n, per_dev, accum = algo.num_generations, algo.per_device_train_batch_size, algo.gradient_accumulation_steps
     if not (isinstance(n, int) and n >= 2 and per_dev >= 1 and accum >= 1):
         return []  # already reported
+    procs = process_count(cfg)
+    if procs is None:
+        return []
+    batch = per_dev * procs
+    batch_key = "algo.per_device_train_batch_size" + (f" x {procs} processes" if procs > 1 else "")
     found = []
     if algo.generation_batch_size is not None:
         gen_batch, key = algo.generation_batch_size, "algo.generation_batch_size"
-        if gen_batch % per_dev:
+        if gen_batch % batch:
             found.append(
-                f"algo.generation_batch_size={gen_batch} is invalid; allowed: a multiple of "
-                f"algo.per_device_train_batch_size={per_dev}"
+                f"algo.generation_batch_size={gen_batch} is invalid; allowed: a multiple of {batch_key} = {batch}"
             )
     else:
-        gen_batch, key = per_dev * accum, "algo.per_device_train_batch_size x algo.gradient_accumulation_steps"
+        gen_batch, key = batch * accum, f"{batch_key} x algo.gradient_accumulation_steps"
     if gen_batch % n:
         found.append(
             f"algo.num_generations={n} does not divide the generation batch ({key} = {gen_batch}); allowed: "
             f"num_generations in {_divisors(gen_batch)}, or a batch that is a multiple of {n}"
         )
     return found
+
+
+def process_count(cfg: DictConfig) -> Optional[int]:
+    """Training processes of one trial: 1, ``sweeprl.num_processes`` under ``sweeprl.launch=accelerate``, or None
+    when accelerate takes one per GPU of the slot (unknown before the trial starts)."""
+    runtime = cfg.get("sweeprl")
+    if runtime is None or runtime.get("launch", "python") != "accelerate":
+        return 1
+    n = runtime.get("num_processes")
+    return int(n) if isinstance(n, int) and n >= 1 else None
 
 
 def _divisors(n: int) -> List[int]:
