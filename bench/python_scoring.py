@@ -22,19 +22,37 @@ from scoring_rates import compare  # noqa: E402
 
 # (reference solution, a wrong one, tests)
 PROBLEMS = [
-    ("def add(a, b):\n    return a + b\n", "def add(a, b):\n    return a * b\n",
-     ["assert add(1, 2) == 3", "assert add(-1, 1) == 0", "assert add(2, 2) == 4"]),
-    ("def rev(s):\n    return s[::-1]\n", "def rev(s):\n    return s\n",
-     ["assert rev('abc') == 'cba'", "assert rev('') == ''", "assert rev('aa') == 'aa'"]),
-    ("def biggest(xs):\n    return max(xs)\n", "def biggest(xs):\n    return xs[0]\n",
-     ["assert biggest([1, 5, 2]) == 5", "assert biggest([-3]) == -3", "assert biggest([4, 1]) == 4"]),
-    ("def count_vowels(s):\n    return sum(c in 'aeiou' for c in s)\n", "def count_vowels(s):\n    return len(s)\n",
-     ["assert count_vowels('banana') == 3", "assert count_vowels('') == 0", "assert count_vowels('xyz') == 0"]),
-    ("def fib(n):\n    a, b = 0, 1\n    for _ in range(n):\n        a, b = b, a + b\n    return a\n",
-     "def fib(n):\n    return n\n", ["assert fib(0) == 0", "assert fib(1) == 1", "assert fib(10) == 55"]),
-    ("def is_palindrome(s):\n    return s == s[::-1]\n", "def is_palindrome(s):\n    return True\n",
-     ["assert is_palindrome('aba')", "assert not is_palindrome('ab')", "assert is_palindrome('')"]),
-]  # fmt: skip
+    (
+        "def add(a, b):\n    return a + b\n",
+        "def add(a, b):\n    return a * b\n",
+        ["assert add(1, 2) == 3", "assert add(-1, 1) == 0", "assert add(2, 2) == 4"],
+    ),
+    (
+        "def rev(s):\n    return s[::-1]\n",
+        "def rev(s):\n    return s\n",
+        ["assert rev('abc') == 'cba'", "assert rev('') == ''", "assert rev('aa') == 'aa'"],
+    ),
+    (
+        "def biggest(xs):\n    return max(xs)\n",
+        "def biggest(xs):\n    return xs[0]\n",
+        ["assert biggest([1, 5, 2]) == 5", "assert biggest([-3]) == -3", "assert biggest([4, 1]) == 4"],
+    ),
+    (
+        "def count_vowels(s):\n    return sum(c in 'aeiou' for c in s)\n",
+        "def count_vowels(s):\n    return len(s)\n",
+        ["assert count_vowels('banana') == 3", "assert count_vowels('') == 0", "assert count_vowels('xyz') == 0"],
+    ),
+    (
+        "def fib(n):\n    a, b = 0, 1\n    for _ in range(n):\n        a, b = b, a + b\n    return a\n",
+        "def fib(n):\n    return n\n",
+        ["assert fib(0) == 0", "assert fib(1) == 1", "assert fib(10) == 55"],
+    ),
+    (
+        "def is_palindrome(s):\n    return s == s[::-1]\n",
+        "def is_palindrome(s):\n    return True\n",
+        ["assert is_palindrome('aba')", "assert not is_palindrome('ab')", "assert is_palindrome('')"],
+    ),
+]
 
 
 def completions(limit: int = 0):

@@ -113,9 +113,15 @@ def data_cfg(path, *extra):
 @pytest.mark.parametrize("suffix", [".jsonl", ".csv", ".parquet"])
 def test_a_file_of_your_own_with_your_column_names(tmp_path, suffix):
     path = write(tmp_path / f"problems{suffix}", ROWS)
-    cfg = data_cfg(path, "data.kwargs.columns.prompt=question", "data.kwargs.columns.id=task_id",
-                   "data.validation_fraction=0", "data.kwargs.system_prompt=Answer in Python.",
-                   "data.kwargs.template='{prompt} Use a code block.'", "data.kwargs.chat=true")  # fmt: skip
+    cfg = data_cfg(
+        path,
+        "data.kwargs.columns.prompt=question",
+        "data.kwargs.columns.id=task_id",
+        "data.validation_fraction=0",
+        "data.kwargs.system_prompt=Answer in Python.",
+        "data.kwargs.template='{prompt} Use a code block.'",
+        "data.kwargs.chat=true",
+    )
     train, val = build_datasets(cfg)
     assert val is None and train["id"] == ["add", "rev"] and train["level"] == ["easy", "hard"]
     assert train[0]["prompt"] == [
@@ -140,8 +146,14 @@ def test_ids_split_and_filters(tmp_path):
         def __call__(self, text, add_special_tokens=False):
             return {"input_ids": list(text.encode())}
 
-    cfg = data_cfg(path, "data.kwargs.columns.prompt=question", "data.kwargs.max_prompt_tokens=30",
-                   "data.validation_fraction=0", "data.kwargs.keep_columns=[]", "data.kwargs.limit=30")  # fmt: skip
+    cfg = data_cfg(
+        path,
+        "data.kwargs.columns.prompt=question",
+        "data.kwargs.max_prompt_tokens=30",
+        "data.validation_fraction=0",
+        "data.kwargs.keep_columns=[]",
+        "data.kwargs.limit=30",
+    )
     kept, _ = build_datasets(cfg, Bytes())
     first_30 = range(39, 9, -1)  # the file is reversed now
     assert len(kept) == sum(len(f"Task number {i} ") + i <= 30 for i in first_30) == 6
@@ -236,6 +248,18 @@ def test_recipe_values_land_where_trl_reads_them():
     assert out.overrides["sweeprl.num_processes"] == 7 and out.overrides["sweeprl.launch"] == "accelerate"
 
 
+def test_presets_of_your_own_are_found_in_the_conf_dir_you_run_from(tmp_path, monkeypatch):
+    from sweeprl.config.precheck import user_searchpath
+
+    monkeypatch.chdir(tmp_path)
+    assert user_searchpath(["experiment=x"]) == []  # no ./conf: nothing added (Hydra would warn about it)
+    (tmp_path / "conf").mkdir()
+    assert user_searchpath(["-m", "experiment=x"]) == [f"hydra.searchpath=[file://{tmp_path / 'conf'}]"]
+    assert user_searchpath(["hydra.searchpath=[file:///elsewhere]"]) == []  # the user's own wins
+    monkeypatch.chdir(REPO)
+    assert user_searchpath([]) == []  # the checkout's conf/ is sweeprl's own
+
+
 def test_the_batch_check_counts_the_processes_of_a_launch():
     base = ["experiment=quickstart", "algo.num_generations=7", "algo.per_device_train_batch_size=16"]
     with pytest.raises(ConfigValidationError, match="num_generations=7 does not divide the generation batch"):
@@ -249,14 +273,28 @@ def test_the_batch_check_counts_the_processes_of_a_launch():
 # ------------------------------------------------------------------------------------------ end to end
 @pytest.mark.e2e
 def test_a_sweep_of_your_own_task(tmp_path, model_cache):
-    """Python problems in a JSONL of your own, the Python unit-test reward and a reward from your own module: a
-    2-trial sweep trains, logs every reward component per step, and records the scored completions."""
+    """Python problems in a JSONL of your own, the Python unit-test reward and a reward from your own module, as a
+    preset in ./conf of the launch dir: a 2-trial sweep trains, logs every reward component per step, and records
+    the scored completions."""
     write(tmp_path / "problems.jsonl", [{**r, "task_id": f"{r['task_id']}{i}"} for i in range(2) for r in ROWS])
     (tmp_path / "my_rewards.py").write_text(USER_MODULE)
-    args = ["-m", "experiment=quickstart", f"model.cache_dir={model_cache}", "data=prompts"]
-    args += ["data.kwargs.path=problems.jsonl", "data.kwargs.columns.prompt=question", "data.kwargs.columns.id=task_id"]
-    args += ["data.validation_fraction=0", "reward=python_tests", "sweep=lr", "algo.max_steps=3"]
-    args += ["reward.funcs=[{name: python_tests}, {name: 'my_rewards:brevity', weight: 0.5, kwargs: {max_chars: 8}}]"]
+    preset = {
+        "defaults": ["/experiment/quickstart", {"override /data": "prompts"}],
+        "data": {
+            "validation_fraction": 0,
+            "kwargs": {"path": "problems.jsonl", "columns": {"prompt": "question", "id": "task_id"}},
+        },
+        "reward": {
+            "name": "own",
+            "funcs": [
+                {"name": "python_tests"},
+                {"name": "my_rewards:brevity", "weight": 0.5, "kwargs": {"max_chars": 8}},
+            ],
+        },
+    }
+    (tmp_path / "conf" / "experiment").mkdir(parents=True)
+    (tmp_path / "conf" / "experiment" / "own.yaml").write_text("# @package _global_\n" + yaml.safe_dump(preset))
+    args = ["-m", "experiment=own", f"model.cache_dir={model_cache}", "sweep=lr", "algo.max_steps=3"]
     args += ["hydra.sweeper.n_trials=2", "hydra.sweeper.study_name=own", "generation.max_completion_length=16"]
     run_sweeprl(tmp_path, *args, f"tracking.uri=sqlite:///{tmp_path}/mlflow.db")
     for trial in ("trial_0", "trial_1"):

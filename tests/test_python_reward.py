@@ -23,9 +23,13 @@ FENCE = "```python\n{}```\n"
 @pytest.fixture(scope="module")
 def scorer():
     limits = Limits(
-        wall_seconds=30, cpu_seconds=5, memory_bytes=512 << 20, max_processes=32, file_size_bytes=4 << 20,
+        wall_seconds=30,
+        cpu_seconds=5,
+        memory_bytes=512 << 20,
+        max_processes=32,
+        file_size_bytes=4 << 20,
         tmpfs_bytes=32 << 20,
-    )  # fmt: skip
+    )
     return PythonScorer(test_timeout=1.0, workers=1, limits=limits)
 
 
@@ -45,10 +49,13 @@ def test_a_correct_fenced_answer_scores_one(scorer):
         (FENCE.format("def add(a, b)\n    return a + b\n"), 0.1, []),  # syntax error: format only
         (FENCE.format("import no_such_module\n" + GOOD), 0.2, ["LOAD_ERROR"] * 3),  # does not load
         (FENCE.format(GOOD + "print(add(2, 3))\n"), 1.0, ["PASS"] * 3),  # its own output is harmless
-        (FENCE.format("def add(a, b):\n    if a < 0:\n        while True: pass\n    return a + b\n"), 0.3 + 1.4 / 3,
-         ["PASS", "TIMEOUT_OR_CRASH", "PASS"]),  # a loop on one branch fails only the test that reaches it
+        (
+            FENCE.format("def add(a, b):\n    if a < 0:\n        while True: pass\n    return a + b\n"),
+            0.3 + 1.4 / 3,
+            ["PASS", "TIMEOUT_OR_CRASH", "PASS"],
+        ),  # a loop on one branch fails only the test that reaches it
     ],
-)  # fmt: skip
+)
 def test_partial_credit_per_component_and_test(scorer, completion, expected, results):
     s = scorer.score(completion, TESTS)
     assert s.reward == pytest.approx(expected) and s.test_results == results
@@ -76,9 +83,13 @@ def test_the_trl_reward_logs_components_and_names_a_missing_tests_column(tmp_pat
     rewards = fn([FENCE.format(GOOD), "nonsense ("], tests=[TESTS, TESTS], id=["a", "b"], log_metric=logged.__setitem__)
     assert rewards == pytest.approx([1.0, 0.0])
     assert logged == pytest.approx(
-        {"rewards/python/format": 0.05, "rewards/python/compile": 0.05, "rewards/python/load": 0.05,
-         "rewards/python/tests": 0.35}
-    )  # fmt: skip
+        {
+            "rewards/python/format": 0.05,
+            "rewards/python/compile": 0.05,
+            "rewards/python/load": 0.05,
+            "rewards/python/tests": 0.35,
+        }
+    )
     assert len((tmp_path / "completions.jsonl").read_text().splitlines()) == 2
     with pytest.raises(KeyError, match="needs a 'tests' column.*columns here: answer"):
         fn(["x"], answer=["1"])

@@ -83,7 +83,7 @@ def main(args: List[str]) -> Optional[int]:
                 return 2
     from sweeprl.config.precheck import user_searchpath
 
-    sys.argv = [sys.argv[0] or "sweeprl", *user_searchpath(args), *args]
+    sys.argv = [sys.argv[0] or "sweeprl", *args, *user_searchpath(args)]  # after -m: Hydra's parser wants it so
     run_hydra()
     return None
 

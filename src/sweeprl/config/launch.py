@@ -62,13 +62,21 @@ def is_main_process() -> bool:
 
 
 def leave_process_group() -> None:
-    """Every process of a launch, once its collective work is done: wait for the others, then destroy the process
-    group. A process that exits with the group alive can abort at interpreter exit (gloo's worker threads outlive
-    Python: "terminate called without an active exception"), which fails the trial after it trained."""
+    """Every process of a launch, once its collective work is done: wait for the others, let gloo's worker thread
+    finish, then destroy the process group.
+
+    That thread frees a finished collective's tensors after the collective returns, and needs the GIL for it. If the
+    process exits or frees the process group (through DDP's reducer) first, the thread either outlives the
+    interpreter and aborts the process ("terminate called without an active exception", 6 of 12 bare gloo launches
+    here) or waits on the GIL that the main thread holds while it joins the thread (a hang seen once in a full
+    suite). A pause with the GIL released lets it finish before either can happen."""
+    import time
+
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
         dist.barrier()
+        time.sleep(0.2)  # releases the GIL: the worker thread frees the barrier's and earlier collectives' tensors
         dist.destroy_process_group()
 
 
