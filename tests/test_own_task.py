@@ -256,6 +256,12 @@ def test_presets_of_your_own_are_found_in_the_conf_dir_you_run_from(tmp_path, mo
     (tmp_path / "conf").mkdir()
     assert user_searchpath(["-m", "experiment=x"]) == [f"hydra.searchpath=[file://{tmp_path / 'conf'}]"]
     assert user_searchpath(["hydra.searchpath=[file:///elsewhere]"]) == []  # the user's own wins
+    from sweeprl.cli.app import with_user_searchpath
+
+    path = f"hydra.searchpath=[file://{tmp_path / 'conf'}]"
+    assert with_user_searchpath(["-m", "experiment=x", "sweep=lr"]) == ["-m", path, "experiment=x", "sweep=lr"]
+    assert with_user_searchpath(["experiment=x", "--cfg", "job"]) == [path, "experiment=x", "--cfg", "job"]
+    assert with_user_searchpath(["--cfg", "job"]) == ["--cfg", "job", path]  # one run of overrides for argparse
     monkeypatch.chdir(REPO)
     assert user_searchpath([]) == []  # the checkout's conf/ is sweeprl's own
 

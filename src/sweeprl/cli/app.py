@@ -81,11 +81,20 @@ def main(args: List[str]) -> Optional[int]:
             problem, args = _preflight(cfg, args)
             if problem:
                 return 2
-    from sweeprl.config.precheck import user_searchpath
-
-    sys.argv = [sys.argv[0] or "sweeprl", *args, *user_searchpath(args)]  # after -m: Hydra's parser wants it so
+    sys.argv = [sys.argv[0] or "sweeprl", *with_user_searchpath(args)]
     run_hydra()
     return None
+
+
+def with_user_searchpath(args: List[str]) -> List[str]:
+    """``args`` with ./conf's search path (:func:`sweeprl.config.precheck.user_searchpath`) among the overrides:
+    Hydra's parser takes its overrides as one run of positional arguments, so it goes before the first of them
+    (``-m hydra.searchpath=… experiment=x``, ``hydra.searchpath=… experiment=x --cfg job``), or last without any."""
+    from sweeprl.config.precheck import user_searchpath
+
+    extra = user_searchpath(args)
+    first = next((i for i, a in enumerate(args) if "=" in a and not a.startswith("-")), len(args))
+    return [*args[:first], *extra, *args[first:]]
 
 
 def replica_overrides(args: List[str]) -> List[str]:
