@@ -11,14 +11,11 @@ side by side on small problems with a realistic mix of completions, like bench/o
 
 from __future__ import annotations
 
-import argparse
-import os
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchmarks_md import update_row  # noqa: E402
-from scoring_rates import compare  # noqa: E402
+from scoring_rates import main  # noqa: E402
 
 # (reference solution, a wrong one, tests)
 PROBLEMS = [
@@ -69,36 +66,11 @@ def completions(limit: int = 0):
     return jobs * 4
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--repeats", type=int, default=2)
-    ap.add_argument("--problems", type=int, default=0, help="use only the first N problems (0 = all)")
-    ap.add_argument("--write", action="store_true")
-    args = ap.parse_args()
+def scorer(workers: int):
     from sweeprl.rewards.python import PythonScorer
 
-    jobs = completions(args.problems)
-    cores = os.cpu_count() or 1
-    seq, par = PythonScorer(workers=1), PythonScorer(workers=cores)
-    best_seq, best_par, scores = compare(seq, par, jobs, args.repeats, cores)
-    mix = {
-        "correct (1.0)": sum(abs(s.reward - 1) < 1e-9 for s in scores),
-        "other": sum(s.reward < 1 - 1e-9 for s in scores),
-    }
-    ratio = best_par / best_seq
-    print(
-        f"\n{len(jobs)} completions ({mix}), isolation={seq.sandbox.isolation}: sequential {best_seq:.1f}/s, "
-        f"parallel {best_par:.1f}/s, speed-up {ratio:.2f}x on {cores} cores"
-    )
-    if args.write:
-        update_row(
-            "python_scoring",
-            f"Python unit-test reward: completions scored/s, {cores} workers ({len(jobs)} mixed completions, "
-            f"3 tests each, {seq.sandbox.isolation})",
-            f"same scorer, 1 worker ({best_seq:.1f}/s)",
-            f"{ratio:.2f}x ({best_par:.1f}/s)",
-        )
+    return PythonScorer(workers=workers)
 
 
 if __name__ == "__main__":
-    main()
+    main(__doc__, scorer, completions, "python_scoring", "Python unit-test reward (3 tests each)")
