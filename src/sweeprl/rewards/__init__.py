@@ -11,6 +11,8 @@ from __future__ import annotations
 import inspect
 from typing import Any, Callable, Dict, List, Sequence
 
+from sweeprl.rewards import custom  # a user's own rewards by import path (it imports nothing of this package)
+
 RewardFunc = Callable[..., List[float]]
 REGISTRY: Dict[str, Callable[..., RewardFunc]] = {}
 
@@ -82,7 +84,5 @@ def problems(funcs: List[Dict[str, Any]]) -> List[str]:
     load_builtin()
     return custom.problems(funcs, sorted(REGISTRY))
 
-
-from sweeprl.rewards import custom  # noqa: E402  (imports nothing of this package)
 
 __all__ = ["REGISTRY", "RewardFunc", "build_reward", "completion_text", "problems", "register"]
