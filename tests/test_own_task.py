@@ -225,6 +225,20 @@ def test_every_field_of_a_recipe_is_placed_or_explained(capsys):
         )
 
 
+def test_the_mapping_reads_in_80_columns_with_unused_fields_grouped_by_reason():
+    from sweeprl.cli.import_recipe import field_names, mapping_lines
+    from sweeprl.config.recipe import import_recipe
+
+    names = {f"{k}_fields": v for k, v in field_names().items()}
+    for recipe in RECIPES:
+        rows = import_recipe(yaml.safe_load(recipe.read_text()), **names).rows
+        lines = mapping_lines(recipe.name, rows, 80)
+        assert max(len(line) for line in lines) <= 80, recipe.name
+        unused = [r for r in rows if r.key is None]
+        assert lines.count("  export the best trial instead: python -m sweeprl export STUDY") <= 1
+        assert sum(line.startswith("      ") for line in lines) <= len(unused)  # a reason's fields share lines
+
+
 def test_recipe_values_land_where_trl_reads_them():
     from sweeprl.cli.import_recipe import field_names
     from sweeprl.config.recipe import import_recipe

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import argparse
 import re
+import shutil
+import textwrap
 from pathlib import Path
 from typing import Any, Dict, List
 
@@ -81,6 +83,30 @@ def preset(name: str, source: str, mapped: Any) -> str:
     return "\n".join(lines) + "\n" + text
 
 
+def mapping_lines(source: str, rows: List[Any], width: int) -> List[str]:
+    """Where the fields went, for a terminal of ``width`` columns: each mapped field beside its key, then the
+    unused ones grouped under their reason (one reason often covers several fields: hub_*, save_*, logging_*)."""
+    used = [r for r in rows if r.key is not None]
+    head = f"{source}: {len(rows)} fields, {len(used)} mapped, {len(rows) - len(used)} not used"
+    lines = textwrap.wrap(head, width=width, break_long_words=False, break_on_hyphens=False)
+    column = min(max((len(r.field) for r in used), default=10), width // 2) + 4
+    lines.append("mapped:")
+    for r in used:
+        wrapped = textwrap.wrap(r.key, width=max(20, width - column))
+        lines.append(f"  {r.field}".ljust(column) + wrapped[0])
+        lines += [" " * column + rest for rest in wrapped[1:]]
+    by_reason: Dict[str, List[str]] = {}
+    for r in rows:
+        if r.key is None:
+            by_reason.setdefault(r.reason, []).append(r.field)
+    if by_reason:
+        lines.append("not used:")
+    for reason, fields in by_reason.items():
+        lines += textwrap.wrap(reason, width=width, initial_indent="  ", subsequent_indent="  ")
+        lines += textwrap.wrap(", ".join(fields), width=width, initial_indent="      ", subsequent_indent="      ")
+    return lines
+
+
 def check(name: str, config_dir: Path) -> List[str]:
     """Problems of ``experiment=<name>`` composed and validated as a trial's config."""
     from hydra import compose, initialize_config_dir
@@ -129,11 +155,7 @@ def main(argv: List[str]) -> int:
         return 2
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(preset(name, str(path), mapped))
-    width = max(len(r.field) for r in mapped.rows) if mapped.rows else 10
-    used = [r for r in mapped.rows if r.key is not None]
-    print(f"{path}: {len(mapped.rows)} fields, {len(used)} mapped, {len(mapped.rows) - len(used)} not used")
-    for row in mapped.rows:
-        print(f"  {row.field:<{width}}  -> {row.key}" if row.key else f"  {row.field:<{width}}  not used: {row.reason}")
+    print("\n".join(mapping_lines(str(path), mapped.rows, shutil.get_terminal_size((100, 24)).columns)))
     print(f"wrote {target}")
     problems = check(name, Path(args.dir))
     if problems:
@@ -141,7 +163,8 @@ def main(argv: List[str]) -> int:
         for p in problems:
             print(f"  {p}")
         return 1
-    print(f"experiment={name} composes and validates; next: python -m sweeprl -m experiment={name} sweep=lr_kl")
+    print(f"experiment={name} composes and validates; sweep it with")
+    print(f"  python -m sweeprl -m experiment={name} sweep=lr_kl")
     if any("open_r1" in str(r.get("name", "")) + str(r.get("_target_", "")) for r in mapped.rewards):
         print("its rewards are open-r1's: pip install open-r1 where the trials run")
     return 0
