@@ -191,7 +191,7 @@ def main() -> int:
     for v in sorted(verdicts, key=lambda v: (v.half, v.id)):
         if args.rows not in ("all", v.half):
             continue
-        lab = "healthy" if not v.label["problems"] else ",".join(v.label["problems"])
+        lab = v.label["health"] if not v.label["problems"] else ",".join(v.label["problems"])
         lab += f" [{v.label.get('lr_direction', '?')}]"
         got = v.error or (",".join(v.alarms) or "-") + (f" ({','.join(v.infos)})" if v.infos else "")
         mark = "" if (v.matched if v.unhealthy else not v.alarms) and not v.lr_against else "  <-"

@@ -302,6 +302,53 @@ def test_saturated_groups_are_not_called_a_collapse():
     assert next(f for f in d.findings if f.id == "reward_variance_died").severity == "info"
 
 
+def _alike(entropy, reward, rise=0.3, seed=4):
+    g = np.random.default_rng(seed)
+    zs = np.clip(0.6 - rise + rise * T / N + g.normal(0, 0.03, N), 0, 1)  # groups alike, more as the run goes
+    d = diagnose(healthy(frac_reward_zero_std=zs, entropy=entropy, reward=reward))
+    return next(f for f in d.findings if f.id == "mode_collapse")
+
+
+def test_alike_groups_are_read_by_the_entropy_and_the_reward():
+    g = np.random.default_rng(8)
+    rising = 0.4 + 0.3 * T / N + g.normal(0, 0.05, N)
+    flat = 0.4 + g.normal(0, 0.05, N)
+    steady = 0.5 + g.normal(0, 0.01, N)
+    solved = _alike(steady, rising)  # samples still differ, the reward rises: prompts being solved
+    assert solved.severity == "info" and not solved.recommendation["changes"]
+    assert _alike(steady, flat).severity == "info"  # sorting into solved and unsolved prompts as the reward holds
+    coarse = _alike(steady, flat, rise=0.0)  # alike from the start, samples differ: the reward's problem
+    assert coarse.severity == "warning" and {c["param"] for c in coarse.recommendation["changes"]} == {
+        "num_generations"
+    }
+    narrowed = _alike(0.5 * np.exp(-T / 6), flat)  # the policy narrowed: a collapse, for a higher temperature
+    assert narrowed.severity in ("warning", "critical")
+    assert ("temperature", "increase") in {(c["param"], c["direction"]) for c in narrowed.recommendation["changes"]}
+
+
+def test_a_policy_deterministic_from_the_first_logged_step_is_a_collapse_not_a_learning_rate_too_low():
+    g = np.random.default_rng(2)
+    noise = g.normal(0, 0.03, N)
+    run = ppo(
+        **{"objective/entropy": 0.005 + g.normal(0, 5e-4, N), "objective/scores": 0.2 + noise},
+        **{"policy/approxkl_avg": np.full(N, 0.0), "policy/clipfrac_avg": np.full(N, 0.0)},
+    )
+    d = diagnose(run)
+    f = next(f for f in d.findings if f.id == "entropy_collapse")
+    assert f.severity == "warning" and "one completion per prompt" in f.evidence
+    assert "updates_too_small" not in d.ids()
+    assert not [c for c in d.changes() if c["param"] == "learning_rate"]
+
+
+def test_a_fall_of_the_mean_against_the_trend_of_the_steps_is_not_a_collapse():
+    g = np.random.default_rng(3)  # most steps creep up; two large early rewards lift the first stretch's mean
+    reward = -1.2 + 0.003 * T + g.normal(0, 0.05, N)
+    reward[[1, 4]] = 4.0
+    d = diagnose(healthy(reward=reward, reward_std=None))
+    assert "reward_collapse" not in d.ids()
+    assert any("a few large early rewards" in w for w in d.not_enough_evidence)
+
+
 def test_pg_loss_oscillation_is_not_a_spike_or_oscillation():
     run = healthy(loss=0.3 * np.where(T % 2 == 0, 1, -1))  # large but centred on zero
     assert {"loss_spike", "loss_oscillation"}.isdisjoint(diagnose(run).ids())

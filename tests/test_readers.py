@@ -103,6 +103,25 @@ def test_mlx_lines_html_table_and_csv(tmp_path):
     assert [r["reward"] for r in csv.train] == [0.1, 0.2] and csv.train[1]["kl"] == 0.01
 
 
+def test_the_richest_of_several_tables_and_an_entropy_never_computed(tmp_path):
+    sft = (
+        "<table><tr><th>Step</th><th>Training Loss</th></tr>"
+        + "".join(f"<tr><td>{i}</td><td>0.{9 - i}</td></tr>" for i in range(1, 9))
+        + "</table>"
+    )
+    grpo = (
+        "<table><tr><th>Step</th><th>Training Loss</th><th>reward</th><th>kl</th></tr>"
+        + "".join(f"<tr><td>{i}</td><td>0.0</td><td>0.{i}</td><td>0.00{i}</td></tr>" for i in range(1, 6))
+        + "</table>"
+    )
+    nb = readers.read(write(tmp_path, "nb.html", sft + "\n" + grpo))  # an SFT warm-up, then the RL run
+    assert [r["reward"] for r in nb.train] == [0.1, 0.2, 0.3, 0.4, 0.5]
+    rows = [{"step": i, "reward": 0.1 * i, "entropy": 0.0, "approx_kl": 0.0} for i in range(1, 6)]
+    log = readers.normalise(rows)  # a loop that logs 0.0 for an entropy it does not compute
+    assert "entropy" not in log.train[0] and log.train[0][keys.APPROX_KL[0]] == 0.0  # a KL of 0 is a measure
+    assert "entropy (0 on every step: not computed)" in log.ignored and "entropy" not in log.used
+
+
 def test_epochs_without_steps_and_repeated_epochs(tmp_path):
     per_epoch = readers.normalise([{"epoch": e, "loss": 1.0 / e} for e in (1, 2, 3)])
     assert [r["step"] for r in per_epoch.train] == [1, 2, 3]

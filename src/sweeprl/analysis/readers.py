@@ -196,13 +196,15 @@ def _split_cells(line: str) -> List[str]:
 
 def _table_lines(text: str) -> List[Dict[str, Any]]:
     """A whitespace, tab or ``|`` separated table whose header starts with ``Step`` (the trainer table Jupyter
-    shows, as in Unsloth's notebooks, also as HTML ``<tr>`` rows): one row per line of numbers under it."""
+    shows, as in Unsloth's notebooks, also as HTML ``<tr>`` rows): one row per line of numbers under it. A
+    notebook often shows several (an SFT warm-up, then the RL run): the one with the most known metrics wins."""
     if "<tr" in text:  # an HTML table: one line per row, cells tab-separated
         text = "\n".join(
             "\t".join(re.sub(r"<[^>]+>", "", c).strip() for c in re.findall(r"<t[hd][^>]*>(.*?)</t[hd]>", tr, re.S))
             for tr in re.findall(r"<tr[^>]*>(.*?)</tr>", text, re.S)
         )
     lines = [ln for ln in text.splitlines() if ln.strip()]
+    tables: List[List[Dict[str, Any]]] = []
     for i, ln in enumerate(lines):
         cells = _split_cells(ln)
         if len(cells) >= 2 and cells[0].lower() == "step":
@@ -218,8 +220,8 @@ def _table_lines(text: str) -> List[Dict[str, Any]]:
                     continue
                 rows.append({h: x for h, x in zip(header, nums) if x is not None})  # "No Log" cells: no value
             if rows:
-                return rows
-    return []
+                tables.append(rows)
+    return max(tables, key=_score, default=[])
 
 
 def _json_candidates(text: str) -> List[Tuple[List[Dict[str, Any]], str]]:
@@ -326,6 +328,17 @@ def canonical(name: str) -> str:
     return keys.ALIASES.get(name, name)
 
 
+def _never_computed(records: Iterable[Dict[str, float]]) -> set:
+    """Keys whose every value is exactly 0 although a policy that samples cannot measure 0 there: a loop that
+    logs a placeholder for the entropy it does not compute. Read as measured, they would say "collapsed"."""
+    values: Dict[str, List[float]] = {}
+    for r in records:
+        for k in keys.ENTROPY:
+            if k in r:
+                values.setdefault(k, []).append(r[k])
+    return {k for k, vs in values.items() if len(vs) >= 3 and all(x == 0 for x in vs)}
+
+
 def normalise(rows: Iterable[Dict[str, Any]]) -> Log:
     """Train and eval records (numeric fields, sweeprl's names, a ``step`` each, merged per step) and what was
     used and ignored."""
@@ -374,8 +387,13 @@ def normalise(rows: Iterable[Dict[str, Any]]) -> Log:
                 if stand_in in r:
                     r["reward"] = r[stand_in]
             seen.update({n: "reward" for n, k in seen.items() if k == stand_in})
-    used = sorted(n for n, k in seen.items() if k in keys.READ or k in DERIVED)
+    blank = _never_computed(train.values())
+    for r in train.values():
+        for k in blank:
+            r.pop(k, None)
+    used = sorted(n for n, k in seen.items() if (k in keys.READ or k in DERIVED) and k not in blank)
     ignored = sorted(n for n, k in seen.items() if k not in keys.READ and n not in keys.BOOKKEEPING)
+    ignored += [f"{n} (0 on every step: not computed)" for n, k in sorted(seen.items()) if k in blank]
     frameworks = {fw for fw, theirs, _ in keys.VOCABULARY if theirs in seen or f"train/{theirs}" in seen}
     if "current_steps" in names:
         frameworks = {"llamafactory"}

@@ -30,6 +30,7 @@ class Thresholds:
     entropy_drop: float = 0.7  # relative drop from the first to the late window
     entropy_rise: float = 0.5  # relative rise from the first to the late window
     entropy_volatility: float = 0.15
+    entropy_floor: float = 0.01  # nats per token: below this in the late window a sampling policy is deterministic
     kl_negative_frac: float = 0.1
     kl_negative_min: float = -1e-3  # ignore negative estimates closer to zero than this (noise)
     kl_above_frac: float = 0.3
@@ -277,6 +278,10 @@ def _update_size(v: View) -> tuple[Optional[str], str]:
         return None, f"{large[0]}, but {' and '.join(direct_small)} show small steps: the objective moved it"
     if large:
         return "large", "; ".join(large)
+    if ent.n >= 3 and ent.late(th.window).mean() < th.entropy_floor:
+        return None, (
+            f"entropy {num(ent.late(th.window).mean(), 2)}: a deterministic policy changes little at any learning rate"
+        )
     small: List[str] = []
     if kl.n >= 3 and float(np.abs(kl.late(th.window).values).mean()) < 0.1 * v.target_kl:
         small.append(f"KL to the reference {num(float(np.abs(kl.values).max()), 2)} at most")

@@ -53,7 +53,7 @@ def f_entropy_collapse(v: View) -> Optional[Finding]:
     ent, start, end = got
     drop = 1 - end / start
     if drop < v.th.entropy_drop:
-        return None
+        return _deterministic(v, end)
     onset = first_sustained(ent.values < (1 - v.th.entropy_drop) * start, min(3, ent.n))
     onset_step = int(ent.steps[onset]) if onset is not None else None
     s = shape(v) if v.reward.n >= 5 else None
@@ -94,6 +94,32 @@ def f_entropy_collapse(v: View) -> Optional[Finding]:
         rec,
         confidence=v.confidence(drop, v.th.entropy_drop, 0.7),
         onset=onset_step,
+    )
+
+
+def _deterministic(v: View, end: float) -> Optional[Finding]:
+    """An entropy already near zero when the log begins (an excerpt of a long run, a resumed run): no fall to
+    see, but a policy below ``entropy_floor`` nats per token samples one completion per prompt. With the reward
+    flat and below its ceiling, that is the collapse; when it happened and why, the log does not show, so no
+    learning-rate direction."""
+    if end >= v.th.entropy_floor or v.reward.n < 5 or saturated(v) or flat_shape(v) is None:
+        return None
+    s = shape(v)
+    return Finding(
+        "entropy_collapse",
+        "warning",
+        f"entropy {num(end, 3)} nats per token in the late window (under {num(v.th.entropy_floor, 2)}: one "
+        f"completion per prompt) while the reward stays flat ({num(s['start'], 3)} -> {num(s['late'], 3)})",
+        [],
+        "the policy is (nearly) deterministic: every sample of a prompt is the same completion, so there is nothing "
+        "left to explore or compare",
+        v.rec(
+            "Restart from a checkpoint from before the entropy fell, with more sampling diversity (a higher "
+            "temperature) and a larger KL coefficient to hold the policy near the reference.",
+            v.change("temperature", "increase", 1.15),
+            v.change("kl_coef", "increase", 2.0),
+        ),
+        confidence=v.confidence(v.th.entropy_floor / max(end, 1e-9), 1.0, 0.7),
     )
 
 
@@ -239,6 +265,8 @@ def f_updates_too_small(v: View) -> Optional[Finding]:
     kl_tiny = kl.n > 0 and float(np.abs(kl.values).mean()) < v.th.approx_kl_small
     if not (tiny_akl or (no_clip and (ent_still or kl_tiny))):
         return None
+    if ent.n >= 3 and ent.late(v.th.window).mean() < v.th.entropy_floor:
+        return None  # a deterministic policy: its updates are small because its samples never differ
     bits = []
     if akl.n:
         bits.append(f"approx-KL {num(akl.mean(), 3)}")

@@ -50,6 +50,13 @@ def _fell_from_the_start(v: View, s: dict) -> Optional[Finding]:
             f"its noise (z={z:.1f}, {pval(p)})"
         )
         return None
+    mk_z, mk_p = trend_test(v, r)
+    if mk_z is not None and mk_z > 0 and mk_p < 0.05:  # a few large early rewards lifted the first mean
+        v.weak.append(
+            f"reward_collapse: the mean reward fell from {num(s['start'], 3)} to {num(s['late'], 3)}, but the steps "
+            f"rose (Mann-Kendall z={mk_z:.1f}, {pval(mk_p)}): a few large early rewards, not a fall"
+        )
+        return None
     onset = first_sustained(r.values < s["start"] - 0.5 * fall, min(3, r.n))
     size, why = update_size(v)
     if size == "large":
@@ -192,7 +199,7 @@ def f_reward_flat(v: View) -> Optional[Finding]:
     if s is None:
         return None
     z, p = trend_test(v, v.reward)
-    if z is not None and z > 0 and p < 0.01:  # small, but a steady rise is learning, not a flat reward
+    if z is not None and z > 0 and p < 0.05:  # a rise beyond the noise is learning, not a flat reward
         v.weak.append(
             f"reward_flat: the reward moved little ({num(s['start'], 3)} -> {num(s['late'], 3)}) but rises steadily "
             f"(Mann-Kendall z={z:.1f}, {pval(p)})"
@@ -473,15 +480,75 @@ def f_mode_collapse(v: View) -> Optional[Finding]:
             ),
             **common,
         )
-    heating = (
-        policy_moved(v) is not None
-        and v.c(keys.ENTROPY).late(v.th.window).mean() > v.c(keys.ENTROPY).early(v.th.window).mean()
-    )
+    return _alike_groups(v, zs, late, idx, common)
+
+
+def _alike_groups(v: View, zs, late: float, idx: list, common: dict) -> Finding:
+    """Many groups alike, the reward neither at its best nor at the floor. Only a policy that narrowed (its
+    entropy fell past ``entropy_drop``) makes the samples of a prompt alike: a collapse, for a higher temperature.
+    With the entropy holding, more alike groups while the reward holds are prompts being solved (information,
+    while one group in ten still has a signal), and groups alike from the start are a reward without spread: the
+    task's or the reward's, not the sampler's."""
+    ent, r = v.c(keys.ENTROPY), v.reward
+    e0 = ent.early(v.th.window).mean() if ent.n >= 3 else 0.0
+    narrowed = e0 > 0 and 1 - ent.late(v.th.window).mean() / e0 >= v.th.entropy_drop
+    heating = e0 > 0 and policy_moved(v) is not None and ent.late(v.th.window).mean() > e0
+    zs_z, zs_p = trend_test(v, zs)
+    r_z, r_p = trend_test(v, r)
+    rising = zs_z is not None and zs_z > 0 and zs_p < 0.05
+    reward_held = r_z is not None and not (r_z < 0 and r_p < 0.05)
+    what = f"frac_reward_zero_std = {late:.2f} in the late window"
+    reward_rose = r_z is not None and r_z > 0 and r_p < 0.05
+    if not narrowed and rising and (reward_rose or e0 > 0 and reward_held) and late < 0.9:
+        return Finding(
+            "mode_collapse",
+            "info",
+            f"{what}, up from {zs.early(v.th.window).mean():.2f} while the reward "
+            f"{'rose' if reward_rose else 'held'} ({num(shape(v)['start'], 3)} -> {num(shape(v)['late'], 3)}, "
+            f"Mann-Kendall {pval(r_p)})"
+            + (f" and the entropy did not fall ({num(e0, 3)} -> {num(ent.late(v.th.window).mean(), 3)})" if e0 else ""),
+            v.steps(zs, idx),
+            "more groups score alike while the samples still differ: the prompts sort into solved and unsolved as "
+            "the policy learns, it is not narrowing",
+            v.rec("Nothing to fix; harder prompts (a curriculum) keep the groups informative."),
+            **common,
+        )
+    if e0 > 0 and not narrowed:
+        return Finding(
+            "mode_collapse",
+            "warning",
+            f"{what} while the entropy held ({num(e0, 3)} -> {num(ent.late(v.th.window).mean(), 3)}): the samples "
+            "differ, their scores do not",
+            v.steps(zs, idx),
+            "the reward gives the same score to different samples (all right or all wrong), so those groups carry no "
+            "gradient: a task too easy or too hard for the model, or a reward too coarse",
+            v.rec(
+                "Fix the signal, not the sampler: prompts at the model's level, a reward with partial credit; more "
+                "samples per prompt so some score differently.",
+                v.change("num_generations", "increase", 2.0),
+            ),
+            **common,
+        )
+    if not narrowed:  # no entropy in the log: alike samples and alike scores cannot be told apart
+        return Finding(
+            "mode_collapse",
+            "warning",
+            f"{what}: in that share of groups every sample got the same reward",
+            v.steps(zs, idx),
+            "either the samples of a prompt are (nearly) identical or the reward scores different samples alike; "
+            "both leave the group-relative advantages at zero",
+            v.rec(
+                "Sample more completions per prompt; if the samples are identical (log the entropy to tell), raise "
+                "the temperature, else give the reward partial credit.",
+                v.change("num_generations", "increase", 2.0),
+            ),
+            **common,
+        )
     return Finding(
         "mode_collapse",
         "critical" if late > 0.6 else "warning",
-        f"frac_reward_zero_std = {late:.2f} in the late window: in that share of groups every sample got the same "
-        "reward",
+        f"{what} while the entropy fell {num(e0, 3)} -> {num(ent.late(v.th.window).mean(), 3)}: the samples of a "
+        "prompt became alike",
         v.steps(zs, idx),
         "samples of a prompt have become (nearly) identical, so group-relative advantages are zero and there is no "
         "gradient",
