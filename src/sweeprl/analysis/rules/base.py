@@ -28,6 +28,7 @@ class Thresholds:
     best_of_n_gap: float = 0.2  # absolute gap between best-of-N and mean reward (late window)
     mode_collapse: float = 0.25  # late mean frac_reward_zero_std
     entropy_drop: float = 0.7  # relative drop from the first to the late window
+    narrowing: float = 0.5  # an entropy drop that makes groups of alike scores a policy that narrowed
     entropy_rise: float = 0.5  # relative rise from the first to the late window
     entropy_volatility: float = 0.15
     entropy_floor: float = 0.01  # nats per token: below this in the late window a sampling policy is deterministic

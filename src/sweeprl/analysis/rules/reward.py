@@ -485,13 +485,13 @@ def f_mode_collapse(v: View) -> Optional[Finding]:
 
 def _alike_groups(v: View, zs, late: float, idx: list, common: dict) -> Finding:
     """Many groups alike, the reward neither at its best nor at the floor. Only a policy that narrowed (its
-    entropy fell past ``entropy_drop``) makes the samples of a prompt alike: a collapse, for a higher temperature.
+    entropy fell by ``narrowing`` or more) makes the samples of a prompt alike: a collapse, for a higher temperature.
     With the entropy holding, more alike groups while the reward holds are prompts being solved (information,
     while one group in ten still has a signal), and groups alike from the start are a reward without spread: the
     task's or the reward's, not the sampler's."""
     ent, r = v.c(keys.ENTROPY), v.reward
     e0 = ent.early(v.th.window).mean() if ent.n >= 3 else 0.0
-    narrowed = e0 > 0 and 1 - ent.late(v.th.window).mean() / e0 >= v.th.entropy_drop
+    narrowed = e0 > 0 and 1 - ent.late(v.th.window).mean() / e0 >= v.th.narrowing
     heating = e0 > 0 and policy_moved(v) is not None and ent.late(v.th.window).mean() > e0
     zs_z, zs_p = trend_test(v, zs)
     r_z, r_p = trend_test(v, r)
