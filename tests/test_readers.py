@@ -122,6 +122,25 @@ def test_the_richest_of_several_tables_and_an_entropy_never_computed(tmp_path):
     assert "entropy (0 on every step: not computed)" in log.ignored and "entropy" not in log.used
 
 
+def test_tensor_reward_lines_a_markdown_preference_table_and_a_config_dict(tmp_path):
+    tensors = "".join(
+        f"Generated answers: ['x']\ntime: 7.2s     rewards: tensor([-1., {r},  1., -1.])\n" for r in ("-1.", "1.", "1.")
+    )
+    log = readers.read(write(tmp_path, "grpo.log", tensors))  # simple_GRPO: no step counter, one batch per line
+    assert [r["reward"] for r in log.train] == [-0.5, 0.0, 0.0] and log.train[0]["reward_std"] == pytest.approx(
+        0.866, abs=1e-3
+    )
+    table = "| epoch | step | loss | acc | margins |\n|---|---|---|---|---|\n| 0.2 | 10 | 0.87 | 0.0 | -0.02 |\n" + (
+        "| 0.4 | 20 | 0.82 | 0.0 | -0.019 |\n"
+    )
+    pref = readers.read(write(tmp_path, "notes.md", table))
+    assert [r["step"] for r in pref.train] == [10, 20] and pref.train[1]["rewards/accuracies"] == 0.0
+    assert pref.train[0]["rewards/margins"] == -0.02 and infer_algo(pref.train) == "dpo"
+    dicts = "{'max_capture_size': 256}\n" + "".join(f"{{'loss': 0.{i}, 'reward': 0.{i}}}\n" for i in range(1, 4))
+    console = readers.read(write(tmp_path, "run.log", dicts))  # vLLM prints its config as a dict first
+    assert [(r["step"], r["reward"]) for r in console.train] == [(1, 0.1), (2, 0.2), (3, 0.3)]
+
+
 def test_epochs_without_steps_and_repeated_epochs(tmp_path):
     per_epoch = readers.normalise([{"epoch": e, "loss": 1.0 / e} for e in (1, 2, 3)])
     assert [r["step"] for r in per_epoch.train] == [1, 2, 3]

@@ -72,7 +72,9 @@ class RungPruner(BasePruner):
             return False  # judged once per rung: at the first report at or after it
         peers = [
             v
-            for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING))
+            for t in study.get_trials(
+                deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)
+            )
             if t.number != trial.number
             and (s := _report_at(t.intermediate_values, rung)) is not None
             and math.isfinite(v := t.intermediate_values[s])

@@ -72,6 +72,7 @@ VOCABULARY = (
     ("trl", "ppo/policy/entropy", "objective/entropy"),
     ("trl", "ppo/val/var_explained", "val/explained_var"),
     ("trl", "tokens/responses_len_mean", "completions/mean_length"),
+    ("custom", "margins", "rewards/margins"),  # preference tables and hand-written DPO loops
     # verl (console ``key:value`` lines or JSON with a nested ``data`` dict)
     ("verl", "critic/score/mean", "reward"),
     ("verl", "critic/score/std", "reward_std"),

@@ -48,7 +48,10 @@ VALUE_HEAD = (
     "val/advantage",
 )
 #: names that mean something else in one tool's log: name -> (sweeprl's key, a column that identifies the tool)
-CONDITIONAL = {"accuracy": ("rewards/accuracies", "current_steps")}  # LLaMA-Factory's preference stages
+CONDITIONAL = {
+    "accuracy": ("rewards/accuracies", "current_steps"),  # LLaMA-Factory's preference stages
+    "acc": ("rewards/accuracies", "margins"),  # a preference table's short names
+}
 #: task-success columns that stand in for the reward of a log that has none (hand-written loops log these)
 REWARD_STAND_INS = ("success_rate", "accuracy", "acc", "answer_accuracy", "pass_rate", "correct_rate")
 EVAL_MARKS = {"eval", "evaluation", "val", "valid", "validation", "test"}
@@ -88,7 +91,7 @@ def _flatten(record: Dict[str, Any], prefix: str = "") -> Dict[str, Any]:
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-_WRAPPED = re.compile(r"\b(?:np\.float\d*|np\.int\d*|numpy\.float\d*|tensor|float)\(\s*([^(),]+?)\s*(?:,[^()]*)?\)")
+_WRAPPED = re.compile(r"\b(?:np\.float\d*|np\.int\d*|numpy\.float\d*|tensor|float)\(\s*([^(),\[\]]+?)\s*(?:,[^()]*)?\)")
 _NUMBER = r"-?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+)|-?nan|-?inf|NaN"
 
 
@@ -117,7 +120,13 @@ def _dict_lines(text: str) -> List[Dict[str, Any]]:
                 continue
         if isinstance(value, dict) and value and all(isinstance(k, str) for k in value):
             rows.append({k: (missing if v is None else v) for k, v in value.items() if v is not None or missing})
-    return rows
+    known = [r for r in rows if any(canonical(_unprefixed(k)) in keys.READ for k in r)]
+    return known or rows  # a printed config dict (vLLM's) among the metric dicts is no step
+
+
+def _unprefixed(name: str) -> str:
+    """The name without an evaluation prefix (``eval_reward`` -> ``reward``)."""
+    return next((name[len(p) :] for p in EVAL_PREFIXES if name.startswith(p)), name)
 
 
 _PAIR = re.compile(rf"([A-Za-z_][\w./@-]*)\s*[:=]\s*({_NUMBER})(?![\w.])")
@@ -161,18 +170,23 @@ def _phrase_lines(text: str) -> List[Dict[str, Any]]:
 
 
 _STEP_HEAD = re.compile(r"(?:^|[\s|,\[])(?:step|iter(?:ation)?)\s*[:=]?\s*(\d+)\b\]?", re.I)
-_LIST = re.compile(r"([A-Za-z_][\w./ -]*?)\s*[:=]\s*\[([-+0-9.eE, naif]+)\]")
+_LIST = re.compile(r"(?<![\w.])([A-Za-z_][\w./ -]*?)\s*[:=]\s*(?:tensor\()?\[([-+0-9.eE, naif]+)\]")
 
 
 def _step_blocks(text: str) -> List[Dict[str, Any]]:
     """Logs that print ``Step N`` (or ``[step N]``, ``epoch: 0|step: 12|...``) and then the step's values, on the
     same line or the lines after it, as ``key=value`` / ``key: value`` pairs or ``Rewards: [r1, r2, ...]`` lists
-    (a list gives its mean and, as ``<key>_std``, its spread)."""
+    (a list gives its mean and, as ``<key>_std``, its spread; ``tensor([...])`` too). A log that never prints a
+    step counter (simple_GRPO's ``rewards: tensor([...])`` lines) gets one record per line with a list."""
     rows: List[Dict[str, Any]] = []
     row: Optional[Dict[str, Any]] = None
+    stepless = _STEP_HEAD.search(text) is None
     for line in text.splitlines():
         head = _STEP_HEAD.search(line)
-        if head:
+        if stepless and _LIST.search(line):
+            row = {"step": float(len(rows) + 1)}
+            rows.append(row)
+        elif head:
             row = {"step": float(head.group(1))}
             rows.append(row)
             line = line[: head.start()] + " " + line[head.end() :]
@@ -195,8 +209,9 @@ def _split_cells(line: str) -> List[str]:
 
 
 def _table_lines(text: str) -> List[Dict[str, Any]]:
-    """A whitespace, tab or ``|`` separated table whose header starts with ``Step`` (the trainer table Jupyter
-    shows, as in Unsloth's notebooks, also as HTML ``<tr>`` rows): one row per line of numbers under it. A
+    """A whitespace, tab or ``|`` separated table whose header has a ``Step`` column (the trainer table Jupyter
+    shows, as in Unsloth's notebooks, also as HTML ``<tr>`` rows; a markdown table): one row per line of numbers
+    under it. A
     notebook often shows several (an SFT warm-up, then the RL run): the one with the most known metrics wins."""
     if "<tr" in text:  # an HTML table: one line per row, cells tab-separated
         text = "\n".join(
@@ -207,7 +222,7 @@ def _table_lines(text: str) -> List[Dict[str, Any]]:
     tables: List[List[Dict[str, Any]]] = []
     for i, ln in enumerate(lines):
         cells = _split_cells(ln)
-        if len(cells) >= 2 and cells[0].lower() == "step":
+        if len(cells) >= 2 and "step" in (c.lower() for c in cells):
             header = [re.sub(r"\s*/\s*", "/", c.lower()).replace(" ", "_") for c in cells]
             header = ["loss" if h == "training_loss" else "eval_loss" if h == "validation_loss" else h for h in header]
             rows = []
