@@ -146,8 +146,9 @@ saturated reward), length_hacking, preference_overfit, preference_no_learning is
 too large (KL, grad norm, entropy, clip fraction), `raise` only when the policy visibly barely moves and the reward
 is neither sparse nor saturated, `none` when the learning rate is fine or not the cause, `unknown` otherwise.
 
-Halves: `tune` runs were read while the rules were written (among them an earlier held-out batch, scored once and
-then used to revise the rules); `held_out` runs were gathered and labelled after the last revision and only scored. The files remain their authors' (licenses as stated by each repository; "none stated" means the
+Halves: `tune` runs were read while the rules were written (among them earlier held-out batches, each scored
+once and then used to revise the rules); `held_out` runs were gathered and labelled after the last revision and
+only scored. The files remain their authors' (licenses as stated by each repository; "none stated" means the
 repository has no license file; logs quoted in issues are quoted as such).
 
 """

@@ -253,14 +253,16 @@ def test_a_fall_within_the_noise_is_not_a_collapse():
 
 
 def test_one_direction_per_parameter():
-    """A flat run with loss spikes: reward_flat says raise the learning rate, loss_spike says lower it."""
+    """A run below its target whose reward fell after a loss spike: reward_below_target says raise the learning
+    rate, loss_spike (harmful: the reward fell after it) says lower it."""
     run = healthy(
-        reward=0.3 + np.random.default_rng(3).normal(0, 0.005, N),
+        reward=np.where(T < 40, 0.3, 0.15) + np.random.default_rng(3).normal(0, 0.005, N),
         loss=spiked(0.02 * np.sin(T), 40, 3.0),
         kl=np.full(N, 1e-5),
-    )  # a KL that never moves: the flat reward is an update too small
-    d = diagnose(run)
-    assert {"reward_flat", "loss_spike"} <= set(d.ids())
+    )
+    d = diagnose(run, Thresholds(target_reward=0.7))
+    assert {"reward_below_target", "loss_spike"} <= set(d.ids())
+    assert next(f for f in d.findings if f.id == "loss_spike").severity != "info"
     for param in PARAMS:
         directions = {c["direction"] for f in d.findings for c in f.recommendation["changes"] if c["param"] == param}
         assert len(directions) <= 1, (param, directions)
@@ -347,6 +349,37 @@ def test_a_fall_of_the_mean_against_the_trend_of_the_steps_is_not_a_collapse():
     d = diagnose(healthy(reward=reward, reward_std=None))
     assert "reward_collapse" not in d.ids()
     assert any("a few large early rewards" in w for w in d.not_enough_evidence)
+
+
+def test_a_flat_reward_with_no_gradient_blames_the_setup_not_the_learning_rate():
+    g = np.random.default_rng(6)
+    run = healthy(reward=0.5 + g.normal(0, 0.02, N), kl=np.full(N, 1e-5), grad_norm=np.zeros(N))
+    f = next(f for f in diagnose(run).findings if f.id == "reward_flat")
+    assert "0 or NaN on 60 of 60" in f.evidence and "no update reaches the weights" in f.cause
+    assert not f.recommendation["changes"]
+
+
+def test_one_lucky_batch_on_a_floor_reward_is_no_collapse_and_no_signal_is_named():
+    reward = np.full(25, -1.0)
+    reward[20] = -0.67  # 12 samples a batch, all -1 but for one batch with two successes
+    std = np.where(np.arange(25) == 20, 0.75, 0.0)
+    d = diagnose(RunHistory("floor.log", records({"reward": reward, "reward_std": std}, n=25)))
+    assert "reward_collapse" not in d.ids()
+    assert "every sample scored the same" in next(f for f in d.findings if f.id == "reward_flat").evidence
+
+
+def test_a_short_log_within_its_noise_is_not_called_flat_without_evidence_the_policy_stood_still():
+    reward = [0.58, 0.62, 0.68, 0.60, 0.61, 0.59, 0.70]
+    d = diagnose(RunHistory("short.jsonl", records({"reward": np.array(reward)}, n=7)))
+    assert "reward_flat" not in d.ids() and any(w.startswith("reward_flat:") for w in d.not_enough_evidence)
+    still = records({"reward": np.array(reward), "kl": np.full(7, 2e-4)}, n=7)  # KL says: the policy stood still
+    assert "reward_flat" in diagnose(RunHistory("short.jsonl", still)).ids()
+
+
+def test_a_surrogate_loss_spike_the_reward_shrugged_off_is_information():
+    d = diagnose(healthy(loss=spiked(0.02 * np.sin(T), 40, 80.0)))
+    f = next(f for f in d.findings if f.id == "loss_spike")
+    assert f.severity == "info" and not f.recommendation["changes"]
 
 
 def test_pg_loss_oscillation_is_not_a_spike_or_oscillation():
@@ -607,13 +640,17 @@ def test_a_run_broken_by_its_first_updates_is_told_to_lower_the_learning_rate_10
 
 def test_a_flat_reward_while_the_policy_moves_is_not_told_to_raise_the_learning_rate():
     """Reward stuck near 0 (a [0, 1] reward: 0.04 -> 0 is flat), entropy 0.25 -> 1.6 -> 0.004 (the OCaml 100x
-    learning-rate run's shape), against the same reward with the entropy steady (learning rate too low)."""
+    learning-rate run's shape), against a flat reward of 0.4 (not sparse) with the entropy steady (learning rate
+    too low); the same sparse reward with the entropy steady gets reward-side advice, not a learning rate."""
     t = np.arange(30, dtype=float)
     reward = np.where(t < 1, 0.04, 0.0)
     moved = RunHistory(
         "moved", records({"reward": reward, "entropy": np.where(t < 1, 0.25, np.where(t < 3, 1.6, 0.004))}, n=30)
     )
-    still = RunHistory("still", records({"reward": reward, "entropy": 0.25 + 0.01 * np.sin(t)}, n=30))
+    steady = 0.25 + 0.01 * np.sin(t)
+    still = RunHistory("still", records({"reward": 0.4 + 0.002 * np.cos(t), "entropy": steady}, n=30))
+    sparse = RunHistory("sparse", records({"reward": reward, "entropy": steady}, n=30))
+    assert "learning_rate" not in changes(diagnose(sparse), "reward_flat")
     flat_moved = next(f for f in diagnose(moved).findings if f.id == "reward_flat")
     assert "while the policy moved (entropy" in flat_moved.evidence
     assert not [c for c in flat_moved.recommendation["changes"] if c["param"] == "learning_rate"]

@@ -240,8 +240,25 @@ def update_size(v: View) -> tuple[Optional[str], str]:
     return v._cache["update_size"]
 
 
+def dead_gradient(v: View) -> Optional[str]:
+    """Evidence, as text, that no update reached the weights: the gradient norm is exactly 0 or not finite on at
+    least 80 % of the logged steps that had a learning signal (a step whose groups all scored alike has a zero
+    gradient by design). None otherwise."""
+    rows = [r for r in v.records if any(k in r for k in keys.GRAD_NORM)]
+    rows = [r for r in rows if r.get("frac_reward_zero_std", 0.0) < 1.0]
+    if len(rows) < 5:
+        return None
+    values = [float(next(r[k] for k in keys.GRAD_NORM if k in r)) for r in rows]
+    dead = sum(1 for x in values if x == 0 or not math.isfinite(x))
+    if dead < 0.8 * len(values):
+        return None
+    return f"the gradient norm is 0 or NaN on {dead} of {len(values)} logged steps with a learning signal"
+
+
 def _update_size(v: View) -> tuple[Optional[str], str]:
     th = v.th
+    if dead_gradient(v):
+        return None, f"{dead_gradient(v)}: no update was applied"
     large: List[str] = []
     ent = v.c(keys.ENTROPY)
     if ent.n >= 3 and ent.early(th.window).mean() > 0:
@@ -288,7 +305,7 @@ def _update_size(v: View) -> tuple[Optional[str], str]:
         small.append(f"KL to the reference {num(float(np.abs(kl.values).max()), 2)} at most")
     if akl.n >= 3 and akl.mean() < th.approx_kl_small:
         small.append(f"approx-KL {num(akl.mean(), 2)}")
-    if not (kl.n >= 3 or akl.n >= 3) and ent.n >= 6 and float(ent.values[0]) > 0:
+    if not (kl.n >= 3 or akl.n >= 3) and ent.n >= SHORT and float(ent.values[0]) > 0:
         e0, e1 = ent.early(th.window).mean(), ent.late(th.window).mean()
         if abs(e1 / e0 - 1) < 0.05:  # no KL logged: an entropy that never moved is the evidence left
             small.append(f"entropy {num(e0, 3)} -> {num(e1, 3)}")
@@ -419,10 +436,12 @@ def trend_test(v: View, c: Curve) -> tuple[Optional[float], Optional[float]]:
 
 def flat_shape(v: View) -> Optional[Dict[str, float]]:
     """The shape of a run whose reward neither ended nor ever got ``flat_gain`` of its scale above its start
-    (twice that at its best); None for a run that moved."""
+    (twice that at its best), or moved that much but not beyond its noise (then ``s["within_noise"]`` is 1.0);
+    None for a run that moved."""
     s = shape(v)
     moved = abs(s["late"] - s["start"]) >= v.th.flat_gain * s["scale"] or s["gain"] >= 2 * v.th.flat_gain * s["scale"]
-    if moved and v.reward.n >= SHORT:  # moved by the scale; but beyond the noise? (a reward of a few samples a
+    s["within_noise"] = float(moved)
+    if moved and v.reward.n >= 6:  # moved by the scale; but beyond the noise? (a reward of a few samples a
         r = v.reward  # step swings by far more than its scale suggests)
         blocks = r.blocks(10)
         first = r.slice(r.steps <= blocks.steps[0] + 0.5 * r.block_steps(10))

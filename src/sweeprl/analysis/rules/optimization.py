@@ -9,7 +9,7 @@ import numpy as np
 
 from sweeprl.analysis import keys
 from sweeprl.analysis.curves import Curve, noise_per_step
-from sweeprl.analysis.rules.base import Finding, View, first_sustained, level_test, spike_points
+from sweeprl.analysis.rules.base import Finding, View, first_sustained, level_test, shape, spike_points
 from sweeprl.formatting import num
 
 
@@ -126,6 +126,19 @@ def f_loss_spike(v: View) -> Optional[Finding]:
         + (f" ({c.values[j] / c.values[j - 1] - 1:+.0%})" if c.values[j - 1] > 0 else "")
         for j in idx[:3]
     )
+    surrogate = signed_ratio > 1.0  # a policy-gradient loss measures no progress: the reward judges the harm
+    if surrogate and v.reward.n >= 6 and not _harmed(v, float(c.steps[i]), float(c.steps[idx[-1]])):
+        return Finding(
+            "loss_spike",
+            "info",
+            f"{len(idx)} loss spike(s) against a typical |loss| of {num(before, 4)}: {jumps}; the reward went on as "
+            "before",
+            v.steps(c, idx),
+            "an outlier batch (a few groups with extreme advantages or ratios); gradient clipping held it",
+            v.rec("Nothing to change unless spikes recur; the samples at those steps show what caused them."),
+            confidence=0.6,
+            onset=int(c.steps[i]),
+        )
     return Finding(
         "loss_spike",
         "critical" if len(idx) > 2 else "warning",
@@ -177,6 +190,19 @@ def f_loss_oscillation(v: View) -> Optional[Finding]:
     )
 
 
+def _harmed(v: View, first: float, last: float) -> bool:
+    """Did spikes between steps ``first`` and ``last`` do harm? A NaN after them, or the reward after them below
+    the reward before them beyond its noise and by ``flat_gain`` of its scale (a smooth reward of 256 prompts a
+    step shows a 2 % dip as significant: not harm)."""
+    r = v.reward
+    before, after = r.slice(r.steps < first), r.slice(r.steps > last)
+    harm = bool(keys.non_finite_steps([x for x in v.records if x.get("step", 0) > last]))
+    if r.n >= 3 and before and after:
+        drop = float(before.late(0.5).mean() - after.mean())
+        harm = harm or (level_test(r, before.late(0.5), after)[1] < 0.05 and drop >= v.th.flat_gain * shape(v)["scale"])
+    return harm
+
+
 def _spike_finding(v: View, fid: str, names, what: str, cause: str, rec) -> Optional[Finding]:
     """Spikes (:func:`~sweeprl.analysis.rules.base.spike_points`). Spikes the run recovered from (finite values
     after them, the reward no lower than before beyond its noise) are information."""
@@ -190,13 +216,7 @@ def _spike_finding(v: View, fid: str, names, what: str, cause: str, rec) -> Opti
     base = float(np.percentile(c.values[: idx[0]], 75))
     worst = float(max(c.values[i] for i in idx))
     first, last = float(c.steps[idx[0]]), float(c.steps[idx[-1]])
-    before, after = r.slice(r.steps < first), r.slice(r.steps > last)
-    # did the spikes do harm? the reward after them, against before, beyond its noise; a NaN after them
-    harm = bool(keys.non_finite_steps([x for x in v.records if x.get("step", 0) > last]))
-    if r and before and after:
-        z, p = level_test(r, before.late(0.5), after)
-        harm = harm or p < 0.05
-    recovered = not harm and (bool(r) or len(idx) <= 2)
+    recovered = not _harmed(v, first, last) and (bool(r) or len(idx) <= 2)
     evidence = (
         f"{len(idx)} {what} spike(s) above {v.th.spike_factor:g}x the upper quartile before them; largest "
         f"{num(worst, 4)} vs {num(base, 4)}"

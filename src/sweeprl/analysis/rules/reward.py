@@ -13,6 +13,7 @@ from sweeprl.analysis.rules.base import (
     SHORT,
     Finding,
     View,
+    dead_gradient,
     eval_rising,
     evidence_confidence,
     first_sustained,
@@ -183,8 +184,11 @@ def _signal(v: View, s: dict) -> Optional[str]:
     zs = v.c(keys.ZERO_STD)
     if zs.n >= 3 and zs.late(v.th.window).mean() >= 0.5:
         return f"in {zs.late(v.th.window).mean():.0%} of groups every sample scored the same"
+    std = v.c(keys.REWARD_STD).late(v.th.window)
+    if std.n >= 3 and float(np.mean(std.values == 0)) >= 0.5:
+        return f"on {float(np.mean(std.values == 0)):.0%} of the late steps every sample scored the same"
     r = v.reward
-    if r.values.min() >= 0 and r.values.max() <= 1 and (s["late"] >= 0.95 or r.values.max() <= 0.02):
+    if r.values.min() >= 0 and r.values.max() <= 1 and (s["late"] >= 0.95 or s["late"] <= 0.05):
         return f"the reward sits at {num(s['late'], 3)} on a 0-1 scale"
     return None
 
@@ -203,6 +207,12 @@ def f_reward_flat(v: View) -> Optional[Finding]:
         v.weak.append(
             f"reward_flat: the reward moved little ({num(s['start'], 3)} -> {num(s['late'], 3)}) but rises steadily "
             f"(Mann-Kendall z={z:.1f}, {pval(p)})"
+        )
+        return None
+    if v.short and s["within_noise"] and not (dead_gradient(v) or update_size(v)[0] == "small"):
+        v.weak.append(  # a handful of points: no test can tell a flat reward from a noisy rise
+            f"reward_flat: the reward went {num(s['start'], 3)} -> {num(s['late'], 3)} over {v.reward.n} points, "
+            "within its noise, and nothing in the log says the policy stood still"
         )
         return None
     zero_std = v.c(keys.ZERO_STD)
@@ -249,6 +259,21 @@ def f_reward_flat(v: View) -> Optional[Finding]:
                 "Fix the signal, not the optimizer: prompts at the model's level (a curriculum), a denser or partial-"
                 "credit reward" + ("; more samples per prompt so some differ." if hot else "."),
                 v.change("num_generations", "increase", 2.0) if hot else None,
+            ),
+            confidence=conf,
+        )
+    dead = dead_gradient(v)
+    if dead:
+        return Finding(
+            "reward_flat",
+            "warning",
+            f"{evidence}; {dead}",
+            [],
+            "no update reaches the weights: trainable parameters that are frozen or not attached (LoRA targets), a "
+            "loss detached from the policy, or an overflow that skips every step; the learning rate is not the cause",
+            v.rec(
+                "Check that the gradient flows: the trainable parameter count, the LoRA target modules, bf16 "
+                "instead of fp16."
             ),
             confidence=conf,
         )
