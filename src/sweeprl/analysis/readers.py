@@ -3,7 +3,7 @@
 Formats, told apart by content (not by file name alone):
 
 - TRL / HF ``trainer_state.json`` (its ``log_history``), a bare JSON list of such records (pretty-printed or
-  not), and JSONL of records — nested dicts (verl's ``{"step": 3, "data": {...}}``) are flattened with ``/``;
+  not), a JSON object of equal-length metric lists (``{"rewards_avg": [...], "kl_avg": [...]}``), and JSONL of records — nested dicts (verl's ``{"step": 3, "data": {...}}``) are flattened with ``/``;
 - CSV exports (experiment trackers, hand-written loops);
 - console logs: the ``{'loss': 0.1, ...}`` dicts the HF Trainer prints (TRL, Unsloth, LLaMA-Factory), verl's
   ``step:3 - actor/entropy:0.51 - critic/score/mean:0.4`` lines, and ``key: value`` / ``key=value`` lines with
@@ -249,6 +249,12 @@ def _json_candidates(text: str) -> List[Tuple[List[Dict[str, Any]], str]]:
     if isinstance(whole, dict):
         if isinstance(whole.get("log_history"), list):
             return [(whole["log_history"], "trainer_state")]
+        columns = {
+            k: v for k, v in whole.items() if isinstance(v, list) and v and all(_number(x) is not None for x in v)
+        }
+        if len(columns) >= 2 and len({len(v) for v in columns.values()}) == 1:  # {"reward": [...], "kl": [...]}
+            n = len(next(iter(columns.values())))
+            return [([{k: v[i] for k, v in columns.items()} for i in range(n)], "json_columns")]
         return [
             (v, "json_list")
             for v in whole.values()
@@ -340,6 +346,11 @@ def canonical(name: str) -> str:
         name = name[len("train_") :]
     if name not in keys.ALIASES and name.lower() in keys.ALIASES | {k: k for k in keys.READ}:
         name = name.lower()  # ``KL``, ``Reward``
+    for suffix in ("_avg", "_mean", "_average"):  # ``rewards_avg``, ``kl_mean``: the averaged quantity itself
+        stem = name[: -len(suffix)]
+        if name.endswith(suffix) and name not in keys.ALIASES and name not in keys.READ and stem:
+            if stem in keys.ALIASES or stem in keys.READ:
+                name = stem
     return keys.ALIASES.get(name, name)
 
 
