@@ -3,7 +3,8 @@
 Formats, told apart by content (not by file name alone):
 
 - TRL / HF ``trainer_state.json`` (its ``log_history``), a bare JSON list of such records (pretty-printed or
-  not), a JSON object of equal-length metric lists (``{"rewards_avg": [...], "kl_avg": [...]}``), and JSONL of records — nested dicts (verl's ``{"step": 3, "data": {...}}``) are flattened with ``/``;
+  not), a JSON object of equal-length metric lists (``{"rewards_avg": [...], "kl_avg": [...]}``), and JSONL of
+  records — nested dicts (verl's ``{"step": 3, "data": {...}}``) are flattened with ``/``;
 - CSV exports (experiment trackers, hand-written loops);
 - console logs: the ``{'loss': 0.1, ...}`` dicts the HF Trainer prints (TRL, Unsloth, LLaMA-Factory), verl's
   ``step:3 - actor/entropy:0.51 - critic/score/mean:0.4`` lines, and ``key: value`` / ``key=value`` lines with
