@@ -68,3 +68,26 @@ def ranked_rows(study: optuna.Study) -> List[TrialRow]:
     done.sort(key=lambda t: (sign * t.values[0], t.number))
     rest.sort(key=lambda t: t.number)
     return [row_of(t) for t in done + rest]
+
+
+def pruning_summary(study: optuna.Study) -> Optional[str]:
+    """What pruning saved, as one sentence (None when no trial was pruned): how many trials stopped, at which
+    updates, and the share of the updates an unpruned sweep would have run (each finished trial at its full
+    length: its ``max_steps`` attribute, else the longest complete trial's ``steps``)."""
+    finished = [t for t in study.get_trials(deepcopy=False, states=FINISHED) if "steps" in t.user_attrs]
+    pruned = [t for t in finished if t.state == TrialState.PRUNED]
+    complete = [int(t.user_attrs["steps"]) for t in finished if t.state == TrialState.COMPLETE]
+    if not pruned:
+        return None
+
+    def full(t: FrozenTrial) -> int:
+        return int(t.user_attrs.get("max_steps") or max(complete or [int(t.user_attrs["steps"])]))
+
+    run = sum(int(t.user_attrs["steps"]) for t in finished)
+    whole = sum(full(t) for t in finished)
+    at = sorted({int(t.user_attrs["steps"]) for t in pruned})
+    where = ", ".join(str(s) for s in at[:6]) + (", ..." if len(at) > 6 else "")
+    return (
+        f"pruning stopped {len(pruned)} of {len(finished)} trials (at update {where}): "
+        f"{1 - run / max(whole, 1):.0%} of the updates of an unpruned sweep saved"
+    )

@@ -195,6 +195,20 @@ class WilcoxonPrunerConfig:
     n_startup_steps: Optional[int] = None
 
 
+@dataclass
+class RungPrunerConfig:
+    """Judges a trial at a few rungs (fractions of its length) on its latest value, keeps the top 1/eta
+    (hydra_plugins.sweeprl_sweeper.rung_pruner)."""
+
+    _target_: str = "hydra_plugins.sweeprl_sweeper.rung_pruner.RungPruner"
+    rungs: List[float] = field(default_factory=lambda: [0.2, 0.5])
+    eta: float = 3.0
+    margin: float = 0.0
+    window: int = 4
+    min_trials: int = 3
+    max_resource: Any = "auto"
+
+
 PRUNERS = {
     "none": NopPrunerConfig,
     "median": MedianPrunerConfig,
@@ -202,6 +216,7 @@ PRUNERS = {
     "successive_halving": SuccessiveHalvingPrunerConfig,
     "hyperband": HyperbandPrunerConfig,
     "wilcoxon": WilcoxonPrunerConfig,
+    "rungs": RungPrunerConfig,
 }
 
 SAMPLERS = {
@@ -245,7 +260,7 @@ class SweeprlSweeperConf:
     custom_search_space: Optional[str] = None
 
     # ---- this sweeper's own keys
-    # select with hydra/sweeper/pruner=none|median|percentile|successive_halving|hyperband|wilcoxon; a no-op for
+    # select with hydra/sweeper/pruner=none|median|percentile|successive_halving|hyperband|wilcoxon|rungs; a no-op for
     # apps that never report intermediate values
     pruner: Any = MISSING
     # batch: after each batch of n_jobs trials (of `slots` trials with process slots), abort when the batch's failed

@@ -40,11 +40,11 @@ class RungPruner(BasePruner):
 
     def __init__(
         self,
-        rungs: Sequence[float] = (0.25, 0.5),
+        rungs: Sequence[float] = (0.2, 0.5),
         eta: float = 3.0,
-        margin: float = 1.0,
+        margin: float = 0.0,
         window: int = 4,
-        min_trials: int = 4,
+        min_trials: int = 3,
         max_resource: Union[int, str] = "auto",
     ) -> None:
         rungs = sorted(float(r) for r in rungs)
@@ -57,6 +57,7 @@ class RungPruner(BasePruner):
         if max_resource != "auto" and (not isinstance(max_resource, int) or max_resource < 1):
             raise ValueError(f"max_resource must be a positive int or 'auto', got {max_resource!r}")
         self.rungs, self.eta, self.margin = rungs, float(eta), float(margin)
+        self.last_reason = ""  # why the last trial this pruner stopped was stopped (for the trial's log)
         self.window, self.min_trials, self.max_resource = int(window), int(min_trials), max_resource
 
     def prune(self, study: optuna.Study, trial: FrozenTrial) -> bool:
@@ -87,7 +88,15 @@ class RungPruner(BasePruner):
         sign = 1.0 if study.direction == StudyDirection.MAXIMIZE else -1.0
         ranked = sorted(sign * v for v in peers)
         cut = _quantile(ranked, 1.0 - 1.0 / self.eta)
-        return sign * value + self.margin * noise(trial.intermediate_values, step, self.window) < cut
+        allowance = self.margin * noise(trial.intermediate_values, step, self.window)
+        if sign * value + allowance >= cut:
+            return False
+        self.last_reason = (
+            f"at the rung of update {rung} (of {length}) its value {value:.4g}"
+            + (f" (+{allowance:.3g} for its noise)" if allowance else "")
+            + f" is worse than the cut {sign * cut:.4g}, the top 1/{self.eta:g} of the {len(peers)} other trials there"
+        )
+        return True
 
     def _length(self, study: optuna.Study, trial: FrozenTrial) -> Optional[int]:
         if self.max_resource != "auto":

@@ -169,15 +169,15 @@ def dips_and_peaks(c: Curve) -> tuple[np.ndarray, np.ndarray]:
 def noise_per_step(c: Curve) -> float:
     """Per-step noise of a curve: the standard deviation of :func:`residuals_per_step` without outliers (beyond
     3 robust sd = 3 IQR/1.349; a spike is not noise), corrected for the trimming. 0 for fewer than 4 points. A
-    curve that sits on one value with rare departures (a reward of -1 but for one lucky batch) has no
-    interquartile spread: its plain standard deviation is the noise then, not 0 (which would make its one
-    departure infinitely significant)."""
+    curve that sits on one value with rare departures (a reward of -1 but for one lucky batch) has (almost) no
+    interquartile spread, and trimming would call every departure an outlier: when half its residuals are exactly
+    0, the plain standard deviation is the noise, not ~0 (which would make each departure infinitely significant)."""
     resid = residuals_per_step(c)
     if resid.size < 2:
         return 0.0
     q75, q25 = np.percentile(resid, [75, 25])
     robust = float(q75 - q25) / 1.349
-    if robust <= 0:
+    if robust <= 0 or float(np.mean(resid == 0)) >= 0.5:
         return float(np.std(resid, ddof=1))
     kept = resid[np.abs(resid - np.median(resid)) <= 3 * robust]
     return float(np.sqrt(np.sum((kept - kept.mean()) ** 2) / max(1, kept.size - 1)) / TRIM_3SD)

@@ -52,6 +52,8 @@ PREF_CHOSEN = ("rewards/chosen",)
 PREF_REJECTED = ("rewards/rejected",)
 PREF_MARGIN = ("rewards/margins",)
 PREF_ACCURACY = ("rewards/accuracies",)
+#: ORPO's odds-ratio term, mean log sigmoid(log odds of chosen over rejected): -ln 2 while no pair separates
+PREF_LOG_ODDS = ("log_odds_ratio",)
 PREFERENCE = (*PREF_CHOSEN, *PREF_REJECTED, *PREF_MARGIN, *PREF_ACCURACY, "logps/chosen", "logps/rejected")
 #: evidence of a learned value function (PPO-style): a critic's loss or explained variance
 VALUE_FUNCTION = (*VALUE_LOSS, *EXPLAINED_VARIANCE, "val/vpred", "critic/values/mean")
@@ -185,6 +187,7 @@ BOOKKEEPING = {
 }
 #: every sweeprl key a rule or the objective reads
 READ = {
+    *PREF_LOG_ODDS,
     *REWARD,
     *REWARD_STD,
     *BEST_OF_N,

@@ -270,7 +270,7 @@ class SweeprlHooks(SweepHooks):
     def sweep_finished(self, study: Any, results: Dict[str, Any], status: str, seconds: float) -> None:
         """The ranked trials table, the parent run's best value and end, the report, and a summary."""
         from sweeprl.cli.console import console, print_block, trials_table
-        from sweeprl.study import ranked_rows
+        from sweeprl.study import pruning_summary, ranked_rows
         from sweeprl.tracking import ui_command
 
         results_path = str(Path(self.ctx.sweep_dir) / RESULTS_FILE)
@@ -321,8 +321,10 @@ class SweeprlHooks(SweepHooks):
                 log.warning("sweep report not written: %s: %s", type(exc).__name__, exc)
         if self.tracking_uri:
             commands.append(("compare the trials in MLflow", ui_command(self.tracking_uri, self.experiment_id)))
+        saved = pruning_summary(study)
         lines = [
             f"{done}; {', '.join(files)}",
+            *([saved] if saved else []),
             _best_line(results)
             if len(self.ctx.directions) == 1
             else f"pareto front: {len(results.get('solutions', []))} trials",

@@ -67,7 +67,7 @@ from sweeprl.report.study import (
     worst_unstable,
 )
 from sweeprl.report.trials_table import fmt_param, trial_table
-from sweeprl.study import ranked_rows, results_dict
+from sweeprl.study import pruning_summary, ranked_rows, results_dict
 
 log = logging.getLogger(__name__)
 
@@ -198,6 +198,9 @@ def _overview(doc: _Doc, sw: _Sweep) -> None:
     counts = ", ".join(f"{n} {s}" for s, n in sorted(states.items()))
     where = f"; sweep dir: {sw.sweep_dir}" if sw.sweep_dir else ""
     doc.add("p", f"{len(sw.infos)} trials ({counts}); direction: {directions}; storage: {sw.storage_url}{where}.")
+    saved = pruning_summary(sw.study)
+    if saved:
+        doc.add("p", saved[0].upper() + saved[1:] + ".")
     if not sw.infos:
         doc.add("note", "The study has no trials yet: nothing to rank or plot. Run the sweep first.")
     elif not sw.complete:

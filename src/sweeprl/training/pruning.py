@@ -101,6 +101,10 @@ def agreed(reason: Optional[str]) -> Optional[str]:
     return box[0]
 
 
+#: the trial attribute that holds its length in updates (RungPruner's rungs are fractions of it)
+MAX_RESOURCE_ATTR = "max_steps"
+
+
 def load_trial(storage: str, study_name: str, number: int, pruner: Any = None):
     """The live Optuna trial ``number`` of the study (the trial process's end of the channel)."""
     from hydra_plugins.sweeprl_sweeper.storage import load_live_trial, make_storage
@@ -169,7 +173,12 @@ class PruningCallback(TrainerCallback):
             if value is not None and math.isfinite(value):
                 self.trial.report(value, step)
                 if self.trial.should_prune():
-                    reason = f"pruner: running objective {value:.4g} at step {step} is worse than the pruner's cut"
+                    why = getattr(self.trial.study.pruner, "last_reason", "")  # RungPruner says why
+                    reason = (
+                        f"pruner: {why}"
+                        if why
+                        else (f"pruner: running objective {value:.4g} at step {step} is worse than the pruner's cut")
+                    )
         reason = agreed(reason)
         if reason:
             self.reason, self.stopped_at = reason, step

@@ -138,21 +138,24 @@ def f_preference_overfit(v: View) -> Optional[Finding]:
 
 
 def f_preference_no_learning(v: View) -> Optional[Finding]:
-    """No preference is learned: a DPO-type loss that stays at ln 2 with the margin ~0 and the pair accuracy
-    ~0.5, or (any preference loss, ORPO's too) a margin that never rises above 0 beyond its noise with the pair
-    accuracy at most 0.5 over the second half."""
+    """No preference is learned: a DPO-type loss (or ORPO's odds-ratio term, ``-log_odds_ratio``) that stays at
+    ln 2 with the margin ~0 and the pair accuracy ~0.5, or (any preference loss) a margin that never rises above 0
+    beyond its noise with the pair accuracy at most 0.5 over the second half (unless both are still rising)."""
     if v.algo != "dpo":
         return None
     loss, acc, margin = v.c(("loss",)), v.c(keys.PREF_ACCURACY), v.c(keys.PREF_MARGIN)
+    odds = v.c(keys.PREF_LOG_ODDS)
     if loss.n < 6:
         return None
-    late = loss.late(max(v.th.window, 0.5))
-    z, p = trend_test(v, loss)
+    term = Curve(odds.steps, -odds.values) if odds.n >= 6 else loss  # the preference part of the loss
+    late = term.late(max(v.th.window, 0.5))
+    z, p = trend_test(v, term)
     bits = []
     at_ln2 = abs(late.mean() - LN2) <= 0.05 and not (z is not None and z < 0 and p < 0.05)
     tied = margin.n >= 6 and float(np.abs(margin.values).max()) == 0.0  # every pair tied: accuracy reads 0
     if at_ln2:
-        bits.append(f"loss {num(late.mean(), 3)} (ln 2 = {LN2:.3f}) over the last half")
+        what = "the odds-ratio term -log_odds_ratio" if odds.n >= 6 else "loss"
+        bits.append(f"{what} {num(late.mean(), 3)} (ln 2 = {LN2:.3f}) over the last half")
         if acc.n >= 6 and not tied:
             a = acc.late(0.5).mean()
             if not 0.35 <= a <= 0.7:
@@ -169,6 +172,15 @@ def f_preference_no_learning(v: View) -> Optional[Finding]:
         second = margin.late(0.5)
         zm, pm = below_zero(margin, Curve(second.steps, -second.values))  # is the margin above 0?
         a = acc.late(0.5).mean()
+        zr, pr = trend_test(v, margin)
+        za, pa = trend_test(v, acc)
+        rising = zr is not None and za is not None and zr > 0 and pr < 0.05 and za > 0 and pa < 0.05
+        if rising and pm >= 0.05 and a <= 0.5:
+            v.weak.append(
+                f"preference_no_learning: margin {num(second.mean(), 3)} and pair accuracy {num(a, 2)} over the "
+                f"second half, but both rise (Mann-Kendall {pval(pr)}, {pval(pa)}): slow, not stuck"
+            )
+            return None
         if pm < 0.05 or a > 0.5:
             return None
         bits.append(
@@ -195,7 +207,8 @@ def f_preference_no_learning(v: View) -> Optional[Finding]:
     if warming and loss.n < SHORT:  # a handful of warm-up steps: ln 2 is where DPO starts, not a verdict
         v.weak.append(f"preference_no_learning: {'; '.join(bits)}, but these are {loss.n} warm-up steps")
         return None
-    if not at_ln2:  # the loss moved (ORPO's language-model term): the preference term is what fails
+    lm_fell = odds.n >= 6 and trend_test(v, loss)[0] is not None and trend_test(v, loss)[0] < 0
+    if not at_ln2 or lm_fell:  # the loss moved (ORPO's language-model term): the preference term is what fails
         return Finding(
             "preference_no_learning",
             "warning",

@@ -1,0 +1,221 @@
+#!/usr/bin/env python3
+"""Early-stopping rules replayed over the curve bank, without training.
+
+    .venv/bin/python bench/pruner_replay.py                 # every pruner, 1000 trial orders
+    .venv/bin/python bench/pruner_replay.py --write         # also the BENCHMARKS.md rows pruner_replay_*
+
+The bank (``tests/data/curve_bank``: 6 quickstart sweeps x 16 complete, unpruned trials) holds every trial's
+per-step curves. A replay feeds one sweep's trials, in a random order, to a real Optuna study with the pruner under
+test, each trial reporting its running objective as a sweeprl trial does (every ``pruning.report_every`` = 5
+updates, from ``first`` on) and stopping when the pruner says so. Over the orders (spread evenly over the 6
+sweeps), per pruner:
+
+- steps saved: the share of the updates of the unpruned sweep that were not run;
+- best kept: the share of orders in which the sweep's best trial (unpruned) ran to its end;
+- regret: how far the best trial that ran to its end falls below the sweep's best, in % (mean and worst);
+- rank correlation: Spearman's rho, over a sweep's trials, between the score the pruner sees at 25 %, 50 % and 75 %
+  of the updates (the latest running objective, or the best so far for Optuna's percentile pruners) and the final
+  objective, averaged over the 6 sweeps.
+
+Replays keep the trial sequence of the sweep: they do not show how a sampler would have proposed differently after
+a pruned trial (``bench/pruning.py`` measures live sweeps).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Dict, List
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+BANK = Path(__file__).resolve().parents[1] / "tests" / "data" / "curve_bank"
+REPORT_EVERY = 5
+
+
+@dataclass
+class Trial:
+    value: float  # the final objective
+    reports: Dict[int, float]  # step -> running objective of the curve up to that step
+    length: int
+
+
+def objective_cfg():
+    from hydra import compose, initialize_config_dir
+
+    from sweeprl.config import CONFIG_DIR
+
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        return compose(config_name="config", overrides=["experiment=quickstart"]).objective
+
+
+def load_bank(path: Path = BANK) -> List[List[Trial]]:
+    """Every sweep of the bank as its trials, each with its running objective at every report step."""
+    from sweeprl.analysis.objective import ObjectiveError, compute_objective
+
+    cfg = objective_cfg()
+    sweeps = []
+    for f in sorted(path.glob("*.json.gz")):
+        data = json.loads(gzip.decompress(f.read_bytes()))
+        trials = []
+        for t in data["trials"]:
+            curve = t["curve"]
+            records = [{k: v[i] for k, v in curve.items() if v[i] is not None} for i in range(len(curve["step"]))]
+            reports = {}
+            for step in range(REPORT_EVERY, data["max_steps"] + 1, REPORT_EVERY):
+                try:
+                    reports[step] = compute_objective([r for r in records if r["step"] <= step], cfg).value
+                except ObjectiveError:
+                    continue
+            trials.append(Trial(float(t["value"]), reports, int(data["max_steps"])))
+        sweeps.append(trials)
+    return sweeps
+
+
+def replay(trials: List[Trial], order: np.ndarray, make_pruner: Callable, first: int) -> Dict[str, float]:
+    """One sweep in one order: which trials ran to their end and how many updates were run."""
+    import optuna
+
+    study = optuna.create_study(direction="maximize", pruner=make_pruner(), sampler=optuna.samplers.RandomSampler(0))
+    run, completed = 0, []
+    for i in order:
+        t = trials[i]
+        trial = study.ask()
+        trial.set_user_attr("max_steps", t.length)
+        stopped = None
+        for step, value in t.reports.items():
+            if step < first:
+                continue
+            trial.report(value, step)
+            if trial.should_prune():
+                stopped = step
+                break
+        if stopped is None:
+            study.tell(trial, t.value)
+            completed.append(i)
+            run += t.length
+        else:
+            study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+            run += stopped
+    values = np.array([t.value for t in trials])
+    best = int(np.argmax(values))
+    kept = max(values[completed]) if completed else -np.inf
+    return {
+        "saved": 1 - run / sum(t.length for t in trials),
+        "best_kept": float(best in completed),
+        "regret": float((values[best] - kept) / abs(values[best])),
+    }
+
+
+def spearman(a: np.ndarray, b: np.ndarray) -> float:
+    ra, rb = np.argsort(np.argsort(a)), np.argsort(np.argsort(b))
+    return float(np.corrcoef(ra, rb)[0, 1])
+
+
+def rank_correlation(sweeps: List[List[Trial]], fraction: float, best_so_far: bool) -> float:
+    rhos = []
+    for trials in sweeps:
+        step = int(round(fraction * trials[0].length / REPORT_EVERY)) * REPORT_EVERY
+        seen = [max(v for s, v in t.reports.items() if s <= step) if best_so_far else t.reports[step] for t in trials]
+        rhos.append(spearman(np.array(seen), np.array([t.value for t in trials])))
+    return float(np.mean(rhos))
+
+
+def pruners() -> Dict[str, tuple]:
+    """name -> (factory, first report step, score the pruner sees: 'best' so far or 'latest', BENCHMARKS.md row)."""
+    import optuna
+
+    from hydra_plugins.sweeprl_sweeper.rung_pruner import RungPruner
+
+    p = optuna.pruners
+    return {
+        "none": (p.NopPruner, 20, "latest", ""),
+        "median (today's default)": (p.MedianPruner, 20, "best", "median"),
+        "percentile 25 (keep top 75 %)": (lambda: p.PercentilePruner(25.0), 20, "best", "percentile25"),
+        "patient median (patience 3)": (
+            lambda: p.PatientPruner(p.MedianPruner(), patience=3),
+            20,
+            "best",
+            "patient_median",
+        ),
+        "successive halving (auto)": (p.SuccessiveHalvingPruner, 20, "latest", "successive_halving"),
+        "successive halving (min 20, rf 3)": (
+            lambda: p.SuccessiveHalvingPruner(min_resource=20, reduction_factor=3),
+            20,
+            "latest",
+            "sh_min20_rf3",
+        ),
+        "hyperband (min 5, max 80)": (
+            lambda: p.HyperbandPruner(min_resource=5, max_resource=80),
+            5,
+            "latest",
+            "hyperband",
+        ),
+        "wilcoxon (p 0.1)": (lambda: p.WilcoxonPruner(p_threshold=0.1), 5, "latest", "wilcoxon"),
+        "rungs (default: 0.2/0.5, eta 3)": (RungPruner, 5, "latest", "rungs"),
+        "rungs (eta 2)": (lambda: RungPruner(eta=2.0), 5, "latest", "rungs_eta2"),
+        "rungs (margin 1 noise sd)": (lambda: RungPruner(margin=1.0), 5, "latest", "rungs_margin1"),
+        "rungs (0.1/0.3/0.5, eta 3)": (lambda: RungPruner(rungs=(0.1, 0.3, 0.5)), 5, "latest", "rungs_3"),
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--orders", type=int, default=1000, help="trial orders in all (spread over the sweeps)")
+    ap.add_argument("--only", default="", help="comma-separated substrings of the pruner names to run")
+    ap.add_argument("--write", action="store_true", help="update BENCHMARKS.md")
+    args = ap.parse_args()
+    import warnings
+
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    sweeps = load_bank()
+    per_sweep = -(-args.orders // len(sweeps))
+    rng = np.random.default_rng(0)
+    orders = [[rng.permutation(len(trials)) for _ in range(per_sweep)] for trials in sweeps]
+    rho = {
+        kind: [rank_correlation(sweeps, f, kind == "best") for f in (0.25, 0.5, 0.75)] for kind in ("best", "latest")
+    }
+    print(f"{len(sweeps)} sweeps x {per_sweep} orders = {len(sweeps) * per_sweep} replays per pruner")
+    print(f"{'pruner':<36} {'saved':>6} {'best kept':>9} {'regret mean':>11} {'worst':>6}  rho@25/50/75%   s")
+    rows = {}
+    for name, (factory, first, kind, row) in pruners().items():
+        if args.only and not any(x.strip() in name for x in args.only.split(",")):
+            continue
+        t0 = time.perf_counter()
+        got = [replay(trials, o, factory, first) for trials, os_ in zip(sweeps, orders) for o in os_]
+        saved = float(np.mean([g["saved"] for g in got]))
+        kept = float(np.mean([g["best_kept"] for g in got]))
+        regret = np.array([g["regret"] for g in got])
+        r = rho[kind]
+        rows[name] = (saved, kept, float(regret.mean()), float(regret.max()), row)
+        print(
+            f"{name:<36} {saved:>6.1%} {kept:>9.1%} {regret.mean():>11.2%} {regret.max():>6.1%}  "
+            f"{r[0]:.2f}/{r[1]:.2f}/{r[2]:.2f}  {time.perf_counter() - t0:4.0f}"
+        )
+    if args.write:
+        from benchmarks_md import update_row
+
+        for name, (saved, kept, mean, worst, row) in rows.items():
+            if not row:
+                continue
+            update_row(
+                f"pruner_replay_{row}",
+                f"pruner replay over the curve bank: {name} ({len(sweeps) * per_sweep} trial orders)",
+                "no pruner: 0 % saved, best kept in 100 % of orders",
+                f"{saved:.1%} of updates saved, best trial kept in {kept:.1%} of orders, regret mean {mean:.2%} "
+                f"(worst {worst:.1%})",
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

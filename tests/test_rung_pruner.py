@@ -1,0 +1,83 @@
+"""RungPruner: its decisions on hand-made studies, and on the curve bank replayed as bench/pruner_replay.py does it
+(seconds, no training)."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import optuna
+import pytest
+
+from conftest import REPO
+from hydra_plugins.sweeprl_sweeper.rung_pruner import RungPruner
+
+sys.path.insert(0, str(REPO / "bench"))
+import pruner_replay  # noqa: E402
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def run_trial(study, curve, length=100):
+    """Report ``curve`` (step -> value) until the pruner stops the trial; the step it stopped at, else None."""
+    trial = study.ask()
+    trial.set_user_attr("max_steps", length)
+    for step, value in curve.items():
+        trial.report(value, step)
+        if trial.should_prune():
+            study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+            return step
+    study.tell(trial, list(curve.values())[-1])
+    return None
+
+
+def test_a_trial_is_judged_at_its_rungs_on_its_latest_value_not_its_best():
+    study = optuna.create_study(direction="maximize", pruner=RungPruner(rungs=[0.2, 0.5], eta=2, min_trials=3))
+    steps = range(10, 101, 10)
+    for level in (0.3, 0.4, 0.5, 0.6):  # four steady trials
+        assert run_trial(study, {s: level for s in steps}) is None
+    peaked = {s: 0.9 if s <= 30 else 0.1 for s in steps}  # best at the first rung, falling by the second
+    assert run_trial(study, peaked) == 50  # kept at 20 (0.9), stopped at 50: its value now, not its best
+    slow = {s: 0.2 if s < 50 else 0.8 for s in steps}
+    assert run_trial(study, slow) == 20  # a slow starter below the top half at the first rung is stopped there
+    pruner = study.pruner
+    assert "update 20 (of 100)" in pruner.last_reason and "top 1/2 of the 5 other trials" in pruner.last_reason
+
+
+def test_minimize_min_trials_and_the_length_from_completed_trials():
+    study = optuna.create_study(direction="minimize", pruner=RungPruner(rungs=[0.5], eta=2, min_trials=2))
+    curve = {s: 1.0 for s in range(10, 101, 10)}
+    study.optimize(lambda t: 0.0, n_trials=0)
+    first = study.ask()  # no max_steps attribute and no completed trial: no length, no decision
+    first.report(5.0, 50)
+    assert not first.should_prune()
+    study.tell(first, 5.0)
+    assert run_trial(study, curve) is None  # one peer only: below min_trials
+    assert run_trial(study, {s: 9.0 for s in curve}) == 50  # worse (higher) than the better half of 2 peers
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{"rungs": [0.0]}, {"rungs": [1.5]}, {"rungs": []}, {"eta": 1.0}, {"window": 1}, {"max_resource": 0}]
+)
+def test_bad_arguments_say_what_is_allowed(kwargs):
+    with pytest.raises(ValueError):
+        RungPruner(**kwargs)
+
+
+def test_the_pruner_on_the_curve_bank():
+    """Replays of the 6 banked quickstart sweeps in 20 random orders each: the figures measured with 1000 orders
+    (BENCHMARKS.md rows pruner_replay_*) within a margin for the smaller sample."""
+    sweeps = pruner_replay.load_bank()
+    rng = np.random.default_rng(0)
+    got = [
+        pruner_replay.replay(trials, rng.permutation(len(trials)), RungPruner, 5)
+        for trials in sweeps
+        for _ in range(20)
+    ]
+    saved = np.mean([g["saved"] for g in got])
+    kept = np.mean([g["best_kept"] for g in got])
+    regret = np.mean([g["regret"] for g in got])
+    assert 0.38 <= saved <= 0.55, saved
+    assert kept >= 0.85 and regret <= 0.03, (kept, regret)
+    median = [pruner_replay.replay(t, np.arange(len(t)), optuna.pruners.MedianPruner, 20) for t in sweeps]
+    assert np.mean([g["saved"] for g in median]) < saved  # what the default gives up
