@@ -4,18 +4,23 @@
 The corpus (``tests/data/real_runs/``, sources and licenses in its README) holds public training logs of TRL,
 Unsloth, verl, OpenRLHF, LLaMA-Factory, Tinker, mlx and hand-written loops: GRPO, PPO, DPO, ORPO, KTO. Each run's
 label (``labels.jsonl``: healthy or not, the problems, the learning-rate direction an engineer would give) was
-written from the numbers by the rules in the corpus README, before sweeprl read the file. The runs are split by
-repository into two halves: the rules were tuned on ``tune``; ``held_out`` is reported.
+written from the numbers by the rules in the corpus README, before sweeprl read the file.
 
-Per half:
+The corpus grew in batches (``batch`` in ``labels.jsonl``): ``seed`` is what the rules were first written on; each
+``blind<k>`` batch was gathered and labelled by others, scored once as it came (its blind figures, reproducible
+at the commit in :data:`BLIND`), and only then used to revise the rules. The blind figures are the evidence of
+how the verdicts hold on runs they were not shaped on; the current rules' figures on every batch say what the
+revisions kept.
+
+Per batch, and for all runs:
 - recall: unhealthy runs where a warning/critical finding names a labelled problem (:data:`MATCHES`);
 - quiet healthy: healthy runs without any warning/critical finding;
 - false alarms per run: warning/critical findings that match no labelled problem;
 - LR against the label: learning-rate advice opposite to the label's direction (or any, where it says ``none``);
 - read: files that loaded with at least one metric the rules use.
 
-    .venv/bin/python bench/real_runs.py            # both halves, per-run table
-    .venv/bin/python bench/real_runs.py --write    # also BENCHMARKS.md rows real_runs_tune / real_runs_held_out
+    .venv/bin/python bench/real_runs.py            # per-run table, figures per batch and for all runs
+    .venv/bin/python bench/real_runs.py --write    # also the BENCHMARKS.md row real_runs_all
 """
 
 from __future__ import annotations
@@ -50,12 +55,20 @@ MATCHES = {
     "preference_no_learning": {"preference_no_learning"},
 }
 ALARM = ("critical", "warning")
+#: batch -> (commit at which it was first scored, blind, with ``bench/real_runs.py``; its figures then)
+BLIND = {
+    "blind1": ("f091d3e", "recall 83% of 6, quiet on 60% of 5, 0.36 false alarms/run, LR against 1"),
+    "blind2": ("d4b0e29", "recall 55% of 11, quiet on 82% of 11, 0.50 false alarms/run, LR against 5"),
+    "blind3": ("a8deaee", "recall 50% of 10, quiet on 86% of 7, 0.41 false alarms/run, LR against 0"),
+    "blind4": ("69562fa", "recall 100% of 3, quiet on 62% of 8, 0.36 false alarms/run, LR against 2"),
+}
+BATCHES = ("seed", *BLIND)
 
 
 @dataclass
 class Verdict:
     id: str
-    half: str
+    batch: str
     label: Dict
     read: bool = False
     error: Optional[str] = None
@@ -93,7 +106,7 @@ def judge(label: Dict) -> Verdict:
     from sweeprl.analysis.diagnosis import diagnose
     from sweeprl.analysis.history import load
 
-    v = Verdict(label["id"], label["half"], label)
+    v = Verdict(label["id"], label["batch"], label)
     try:
         run = load(str(CORPUS / label["file"]))
     except (ValueError, FileNotFoundError) as exc:
@@ -146,20 +159,21 @@ saturated reward), length_hacking, preference_overfit, preference_no_learning is
 too large (KL, grad norm, entropy, clip fraction), `raise` only when the policy visibly barely moves and the reward
 is neither sparse nor saturated, `none` when the learning rate is fine or not the cause, `unknown` otherwise.
 
-Halves: `tune` runs were read while the rules were written (among them earlier held-out batches, each scored
-once and then used to revise the rules); `held_out` runs were gathered and labelled after the last revision and
-only scored. The files remain their authors' (licenses as stated by each repository; "none stated" means the
-repository has no license file; logs quoted in issues are quoted as such).
+Batches: `seed` runs were read while the rules were first written; each `blindN` batch was gathered and labelled
+afterwards by someone who did not run the tool, scored once as it came, and then used to revise the rules
+(`bench/real_runs.py` keeps each batch's blind figures and the commit that reproduces them). The files remain their
+authors' (licenses as stated by each repository; "none stated" means the repository has no license file; logs
+quoted in issues are quoted as such).
 
 """
 
 
 def readme() -> str:
     rows = [
-        "| run | source | license | tool / format | algo | points | label | LR | trimmed | half |",
+        "| run | source | license | tool / format | algo | points | label | LR | trimmed | batch |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for lab in sorted(labels(), key=lambda r: (r["half"], r["id"])):
+    for lab in sorted(labels(), key=lambda r: (BATCHES.index(r["batch"]), r["id"])):
         label = lab["health"] + (f": {', '.join(lab['problems'])}" if lab["problems"] else "")
         cells = [
             f"`{lab['file']}`",
@@ -171,7 +185,7 @@ def readme() -> str:
             label,
             lab.get("lr_direction", ""),
             (lab.get("trimmed") or "nothing").replace("|", "/")[:90],
-            lab["half"],
+            lab["batch"],
         ]
         rows.append("| " + " | ".join(c.replace("\n", " ") for c in cells) + " |")
     return README_HEAD + "\n".join(rows) + "\n"
@@ -181,36 +195,39 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--write", action="store_true", help="update BENCHMARKS.md")
     ap.add_argument("--readme", action="store_true", help=f"rewrite {CORPUS.name}/README.md from labels.jsonl")
-    ap.add_argument("--rows", choices=("tune", "held_out", "all", "none"), default="all", help="per-run rows to print")
+    ap.add_argument("--rows", choices=(*BATCHES, "all", "none"), default="all", help="per-run rows to print")
     args = ap.parse_args()
     if args.readme:
         (CORPUS / "README.md").write_text(readme())
         print(f"{CORPUS / 'README.md'} rewritten")
         return 0
     verdicts = [judge(label) for label in labels()]
-    print(f"{'run':<44} {'half':<8} {'label':<34} {'alarms (info)':<60} lr")
-    for v in sorted(verdicts, key=lambda v: (v.half, v.id)):
-        if args.rows not in ("all", v.half):
+    print(f"{'run':<44} {'batch':<8} {'label':<34} {'alarms (info)':<60} lr")
+    for v in sorted(verdicts, key=lambda v: (BATCHES.index(v.batch), v.id)):
+        if args.rows not in ("all", v.batch):
             continue
         lab = v.label["health"] if not v.label["problems"] else ",".join(v.label["problems"])
         lab += f" [{v.label.get('lr_direction', '?')}]"
         got = v.error or (",".join(v.alarms) or "-") + (f" ({','.join(v.infos)})" if v.infos else "")
         mark = "" if (v.matched if v.unhealthy else not v.alarms) and not v.lr_against else "  <-"
-        print(f"{v.id[:44]:<44} {v.half:<8} {lab[:34]:<34} {got[:60]:<60} {v.lr or '-'}{mark}")
+        print(f"{v.id[:44]:<44} {v.batch:<8} {lab[:34]:<34} {got[:60]:<60} {v.lr or '-'}{mark}")
     print()
-    for half in ("tune", "held_out"):
-        f = figures([v for v in verdicts if v.half == half])
-        print(f"{half:<9} {f['runs']} runs: {summary_line(f)}")
-        if args.write:
-            sys.path.insert(0, str(Path(__file__).resolve().parent))
-            from benchmarks_md import update_row
+    for batch in BATCHES:
+        f = figures([v for v in verdicts if v.batch == batch])
+        blind = f"   (blind, at {BLIND[batch][0]}: {BLIND[batch][1]})" if batch in BLIND else ""
+        print(f"{batch:<7} {f['runs']:>3} runs: {summary_line(f)}{blind}")
+    f = figures(verdicts)
+    print(f"{'all':<7} {f['runs']:>3} runs: {summary_line(f)}")
+    if args.write:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from benchmarks_md import update_row
 
-            update_row(
-                f"real_runs_{half}",
-                f"diagnose verdicts on {f['runs']} labelled public runs ({half} half)",
-                "labels written before the tool ran (tests/data/real_runs)",
-                summary_line(f),
-            )
+        update_row(
+            "real_runs_all",
+            f"diagnose verdicts on {f['runs']} labelled public runs (all batches, current rules)",
+            "labels written before the tool ran (tests/data/real_runs)",
+            summary_line(f),
+        )
     return 0
 
 

@@ -382,6 +382,16 @@ def test_a_surrogate_loss_spike_the_reward_shrugged_off_is_information():
     assert f.severity == "info" and not f.recommendation["changes"]
 
 
+def test_a_preference_loss_that_got_noisy_after_warm_up_has_no_spike():
+    g = np.random.default_rng(11)  # 16 pairs a step: still during the warm-up, swinging by +-0.15 after it
+    loss = np.where(T < 20, 0.69 + g.normal(0, 0.005, N), 0.62 + g.normal(0, 0.1, N))
+    loss[45] = 0.95
+    run = RunHistory(
+        "dpo.log", records({"loss": loss, "rewards/chosen": np.zeros(N), "rewards/rejected": -0.1 * T / N})
+    )
+    assert "loss_spike" not in diagnose(run).ids()
+
+
 def test_pg_loss_oscillation_is_not_a_spike_or_oscillation():
     run = healthy(loss=0.3 * np.where(T % 2 == 0, 1, -1))  # large but centred on zero
     assert {"loss_spike", "loss_oscillation"}.isdisjoint(diagnose(run).ids())

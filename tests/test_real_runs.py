@@ -1,6 +1,7 @@
 """The diagnosis on other people's runs: the labelled corpus of public logs (``tests/data/real_runs``), scored as
-``bench/real_runs.py`` scores it. The tune half is the one the rules were written on; the held-out half was
-gathered and labelled afterwards. Both must keep the figures recorded in BENCHMARKS.md (rows ``real_runs_*``)."""
+``bench/real_runs.py`` scores it. The corpus grew in batches, each scored blind once as it came (its figures and
+commit are in ``bench/real_runs.BLIND``) and then used to revise the rules; all runs must keep the figures the
+current rules reach (BENCHMARKS.md row ``real_runs_all``)."""
 
 from __future__ import annotations
 
@@ -13,12 +14,9 @@ from conftest import REPO
 sys.path.insert(0, str(REPO / "bench"))
 import real_runs  # noqa: E402
 
-#: half -> (min recall, min share of healthy runs without a warning, max false alarms per run, max runs with
-#: learning-rate advice against the label): the figures measured when the rules were frozen (BENCHMARKS.md)
-FLOORS = {
-    "tune": (0.83, 1.0, 0.27, 1),  # measured: 84 % of 31, 100 % of 30, 0.26, 1 run
-    "held_out": (0.83, 0.6, 0.37, 1),  # measured: 5 of 6, 3 of 5, 0.36, 1 run (the targets are 0.9, 0.9, 0.3, 0)
-}
+#: (min recall, min share of healthy runs without a warning, max false alarms per run, max runs with learning-rate
+#: advice against the label) over all 128 runs: measured 85 % of 61, 97 % of 61, 0.24, 1 run (BENCHMARKS.md)
+FLOORS = (0.84, 0.96, 0.25, 1)
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +27,7 @@ def verdicts():
 def test_the_corpus_is_large_and_varied():
     labels = real_runs.labels()
     assert len(labels) >= 30 and len({r["repo"] for r in labels}) >= 15
-    assert {r["half"] for r in labels} == {"tune", "held_out"}
+    assert {r["batch"] for r in labels} == set(real_runs.BATCHES)
     assert sum(r["health"] == "unhealthy" for r in labels) >= 10 and sum(r["health"] == "healthy" for r in labels) >= 10
     for r in labels:
         assert set(r["problems"]) <= set(real_runs.MATCHES), r["id"]
@@ -37,11 +35,10 @@ def test_the_corpus_is_large_and_varied():
         assert (real_runs.CORPUS / r["file"]).is_file() and r["url"].startswith("https://github.com/"), r["id"]
 
 
-@pytest.mark.parametrize("half", sorted(FLOORS))
-def test_verdicts_keep_their_measured_figures(verdicts, half):
-    recall, quiet, alarms, lr_against = FLOORS[half]
-    f = real_runs.figures([v for v in verdicts if v.half == half])
-    assert f["read"] == 1.0, [v.id for v in verdicts if v.half == half and not v.read]
+def test_verdicts_keep_their_measured_figures(verdicts):
+    recall, quiet, alarms, lr_against = FLOORS
+    f = real_runs.figures(verdicts)
+    assert f["read"] == 1.0, [v.id for v in verdicts if not v.read]
     assert f["recall"] >= recall and f["quiet_healthy"] >= quiet, real_runs.summary_line(f)
     assert f["false_alarms_per_run"] <= alarms and f["lr_against"] <= lr_against, real_runs.summary_line(f)
 

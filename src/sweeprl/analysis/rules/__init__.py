@@ -13,6 +13,13 @@ from __future__ import annotations
 from typing import Callable, Optional
 
 from sweeprl.analysis.rules.base import SHORT, Finding, Thresholds, View
+from sweeprl.analysis.rules.groups import (
+    f_best_of_n_gap,
+    f_mode_collapse,
+    f_reward_cv_high,
+    f_reward_variance_died,
+    f_reward_variance_rising,
+)
 from sweeprl.analysis.rules.length import f_length_hacking, f_truncation_high
 from sweeprl.analysis.rules.optimization import (
     f_explained_variance_negative,
@@ -33,15 +40,10 @@ from sweeprl.analysis.rules.policy import (
 )
 from sweeprl.analysis.rules.preference import f_preference_no_learning, f_preference_overfit
 from sweeprl.analysis.rules.reward import (
-    f_best_of_n_gap,
-    f_mode_collapse,
     f_reward_below_target,
     f_reward_collapse,
-    f_reward_cv_high,
     f_reward_dip,
     f_reward_flat,
-    f_reward_variance_died,
-    f_reward_variance_rising,
     f_short_history,
 )
 

@@ -96,16 +96,21 @@ def _loss_spikes(v: View, c: Curve) -> tuple[List[int], float]:
                 ratio = max(ratio, abs(x[i]) / med)
         return out, ratio
     # a positive loss (SFT-style, value loss, preference losses, epoch tables): a jump above its running level,
-    # and beyond the loss's own noise (a DPO loss over 2-4 pairs a step swings by half its level and back)
+    # and beyond the loss's own noise where it happened (a DPO loss over 2-16 pairs a step swings by half its
+    # level and back once the learning rate is up, while it sat still during the warm-up)
     noise = noise_per_step(c) / math.sqrt(max(c.gap, 1e-12))
     for i in range(1, n):
         level = float(np.median(x[:i]))
         usual = float(np.median(np.abs(np.diff(x[:i])))) if i >= 3 else 0.0
         rise = float(x[i] - x[i - 1])
+        lo = max(0, i - 20)  # the noise where it happened, never below the whole curve's
+        local = noise_per_step(Curve(c.steps[lo:i], x[lo:i])) / math.sqrt(max(c.gap, 1e-12)) if i - lo >= 6 else 0
+        local = max(local, noise)
         # beyond the noise, or lasting: the next points stay above halfway (a noisy loss swings back at once)
-        lasting = i + 1 < n and float(np.median(x[i + 1 : i + 3])) > level + 0.5 * (x[i] - level)
+        after = float(np.median(x[i + 1 : i + 3])) if i + 1 < n else -math.inf
+        lasting = after > level + 0.5 * (x[i] - level) and after - level > 2 * local
         big = rise > max(3 * usual, th.loss_jump * level) and x[i] > (1 + th.loss_jump) * level
-        if level > 0 and big and (x[i] - level > 5 * noise or lasting):
+        if level > 0 and big and (x[i] - level > 5 * local or lasting):
             out.append(i)
             ratio = max(ratio, (x[i] - level) / (th.loss_jump * level))  # in units of the jump threshold
     return out, ratio
