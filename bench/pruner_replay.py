@@ -7,7 +7,8 @@
 The bank (``tests/data/curve_bank``: 6 quickstart sweeps x 16 complete, unpruned trials) holds every trial's
 per-step curves. A replay feeds one sweep's trials, in a random order, to a real Optuna study with the pruner under
 test, each trial reporting its running objective as a sweeprl trial does (every ``pruning.report_every`` = 5
-updates, from ``first`` on) and stopping when the pruner says so. Over the orders (spread evenly over the 6
+updates from ``pruning.warmup`` = 25 % on; hyperband and Wilcoxon, which need early reports, from update 5) and
+stopping when the pruner says so. Over the orders (spread evenly over the 6
 sweeps), per pruner:
 
 - steps saved: the share of the updates of the unpruned sweep that were not run;
@@ -158,10 +159,10 @@ def pruners() -> Dict[str, tuple]:
             "hyperband",
         ),
         "wilcoxon (p 0.1)": (lambda: p.WilcoxonPruner(p_threshold=0.1), 5, "latest", "wilcoxon"),
-        "rungs (default: 0.2/0.5, eta 3)": (RungPruner, 5, "latest", "rungs"),
-        "rungs (eta 2)": (lambda: RungPruner(eta=2.0), 5, "latest", "rungs_eta2"),
-        "rungs (margin 1 noise sd)": (lambda: RungPruner(margin=1.0), 5, "latest", "rungs_margin1"),
-        "rungs (0.1/0.3/0.5, eta 3)": (lambda: RungPruner(rungs=(0.1, 0.3, 0.5)), 5, "latest", "rungs_3"),
+        "rungs (default: 0.2/0.5, eta 3)": (RungPruner, 20, "latest", "rungs"),
+        "rungs (eta 2)": (lambda: RungPruner(eta=2.0), 20, "latest", "rungs_eta2"),
+        "rungs (eta 4)": (lambda: RungPruner(eta=4.0), 20, "latest", "rungs_eta4"),
+        "rungs (margin 1 noise sd)": (lambda: RungPruner(margin=1.0), 20, "latest", "rungs_margin1"),
     }
 
 

@@ -41,7 +41,10 @@ def test_a_trial_is_judged_at_its_rungs_on_its_latest_value_not_its_best():
     slow = {s: 0.2 if s < 50 else 0.8 for s in steps}
     assert run_trial(study, slow) == 20  # a slow starter below the top half at the first rung is stopped there
     pruner = study.pruner
-    assert "update 20 (of 100)" in pruner.last_reason and "top 1/2 of the 5 other trials" in pruner.last_reason
+    assert (
+        "at update 20 (the 0.2 rung of 100)" in pruner.last_reason
+        and "top 1/2 of the 5 other trials" in pruner.last_reason
+    )
 
 
 def test_minimize_min_trials_and_the_length_from_completed_trials():
@@ -70,7 +73,7 @@ def test_the_pruner_on_the_curve_bank():
     sweeps = pruner_replay.load_bank()
     rng = np.random.default_rng(0)
     got = [
-        pruner_replay.replay(trials, rng.permutation(len(trials)), RungPruner, 5)
+        pruner_replay.replay(trials, rng.permutation(len(trials)), RungPruner, 20)
         for trials in sweeps
         for _ in range(20)
     ]
@@ -81,3 +84,19 @@ def test_the_pruner_on_the_curve_bank():
     assert kept >= 0.85 and regret <= 0.03, (kept, regret)
     median = [pruner_replay.replay(t, np.arange(len(t)), optuna.pruners.MedianPruner, 20) for t in sweeps]
     assert np.mean([g["saved"] for g in median]) < saved  # what the default gives up
+
+
+def test_the_pruning_summary_counts_the_updates_an_unpruned_sweep_would_have_run():
+    from sweeprl.study import pruning_summary
+
+    study = optuna.create_study(direction="maximize")
+    assert pruning_summary(study) is None
+    for steps, state in ((80, "COMPLETE"), (80, "COMPLETE"), (20, "PRUNED"), (40, "PRUNED")):
+        trial = study.ask()
+        trial.set_user_attr("steps", steps)
+        if state == "COMPLETE":
+            study.tell(trial, 0.5)
+        else:
+            study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+    text = pruning_summary(study)  # 80 + 80 + 20 + 40 of 4 x 80 updates run
+    assert text == "pruning stopped 2 of 4 trials (at update 20, 40): 31% of the updates of an unpruned sweep saved"

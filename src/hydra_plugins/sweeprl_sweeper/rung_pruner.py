@@ -91,8 +91,9 @@ class RungPruner(BasePruner):
         allowance = self.margin * noise(trial.intermediate_values, step, self.window)
         if sign * value + allowance >= cut:
             return False
+        fraction = next(r for r in reversed(self.rungs) if math.ceil(r * length) == rung)
         self.last_reason = (
-            f"at the rung of update {rung} (of {length}) its value {value:.4g}"
+            f"at update {step} (the {fraction:g} rung of {length}) its value {value:.4g}"
             + (f" (+{allowance:.3g} for its noise)" if allowance else "")
             + f" is worse than the cut {sign * cut:.4g}, the top 1/{self.eta:g} of the {len(peers)} other trials there"
         )
