@@ -121,13 +121,14 @@ def write_diagnosis(history: List[Dict[str, float]], resolved: Dict[str, Any], o
 
 def make_pruning_callback(cfg: DictConfig):
     """Guards always; pruner reports only inside a sweep (storage + trial number given), from the main process."""
-    from sweeprl.training.pruning import MAX_RESOURCE_ATTR, PruningCallback, load_trial, pruner_from_hydra
+    from hydra_plugins.sweeprl_sweeper.rung_pruner import MAX_RESOURCE_ATTR
+    from sweeprl.training.pruning import PruningCallback, load_trial, pruner_from_hydra
 
     rt = cfg.sweeprl
     trial = None
     if rt.storage and rt.study_name and rt.trial_number is not None and rt.report_to_pruner and is_main_process():
         trial = load_trial(rt.storage, rt.study_name, int(rt.trial_number), pruner=pruner_from_hydra())
-        if cfg.algo.get("max_steps"):  # the trial's length, for pruners whose rungs are fractions of it
+        if cfg.algo.get("max_steps"):  # the trial's length: RungPruner's rungs are fractions of it
             trial.set_user_attr(MAX_RESOURCE_ATTR, int(cfg.algo.max_steps))
     return PruningCallback(cfg, trial)
 

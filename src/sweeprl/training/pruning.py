@@ -101,10 +101,6 @@ def agreed(reason: Optional[str]) -> Optional[str]:
     return box[0]
 
 
-#: the trial attribute that holds its length in updates (RungPruner's rungs are fractions of it)
-MAX_RESOURCE_ATTR = "max_steps"
-
-
 def load_trial(storage: str, study_name: str, number: int, pruner: Any = None):
     """The live Optuna trial ``number`` of the study (the trial process's end of the channel)."""
     from hydra_plugins.sweeprl_sweeper.storage import load_live_trial, make_storage
