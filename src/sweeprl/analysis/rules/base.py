@@ -257,8 +257,9 @@ def dead_gradient(v: View) -> Optional[str]:
 
 def _update_size(v: View) -> tuple[Optional[str], str]:
     th = v.th
-    if dead_gradient(v):
-        return None, f"{dead_gradient(v)}: no update was applied"
+    dead = dead_gradient(v)
+    if dead:
+        return None, f"{dead}: no update was applied"
     large: List[str] = []
     ent = v.c(keys.ENTROPY)
     if ent.n >= 3 and ent.early(th.window).mean() > 0:

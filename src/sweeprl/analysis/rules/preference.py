@@ -207,7 +207,8 @@ def f_preference_no_learning(v: View) -> Optional[Finding]:
     if warming and loss.n < SHORT:  # a handful of warm-up steps: ln 2 is where DPO starts, not a verdict
         v.weak.append(f"preference_no_learning: {'; '.join(bits)}, but these are {loss.n} warm-up steps")
         return None
-    lm_fell = odds.n >= 6 and trend_test(v, loss)[0] is not None and trend_test(v, loss)[0] < 0
+    lm_z = trend_test(v, loss)[0] if odds.n >= 6 else None
+    lm_fell = lm_z is not None and lm_z < 0
     if not at_ln2 or lm_fell:  # the loss moved (ORPO's language-model term): the preference term is what fails
         return Finding(
             "preference_no_learning",
