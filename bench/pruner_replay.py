@@ -7,16 +7,17 @@
 The bank (``tests/data/curve_bank``: 6 quickstart sweeps x 16 complete, unpruned trials) holds every trial's
 per-step curves. A replay feeds one sweep's trials, in a random order, to a real Optuna study with the pruner under
 test, each trial reporting its running objective as a sweeprl trial does (every ``pruning.report_every`` = 5
-updates from ``pruning.warmup`` = 25 % on; hyperband and Wilcoxon, which need early reports, from update 5) and
+updates from the warm-up on: 25 % for the pruners that compare every step, ``pruning.min_steps`` = 10 for the rungs
+pruner, which judges only at its rungs; hyperband and Wilcoxon, which need early reports, from update 5) and
 stopping when the pruner says so. Over the orders (spread evenly over the 6
 sweeps), per pruner:
 
 - steps saved: the share of the updates of the unpruned sweep that were not run;
 - best kept: the share of orders in which the sweep's best trial (unpruned) ran to its end;
 - regret: how far the best trial that ran to its end falls below the sweep's best, in % (mean and worst);
-- rank correlation: Spearman's rho, over a sweep's trials, between the score the pruner sees at 25 %, 50 % and 75 %
-  of the updates (the latest running objective, or the best so far for Optuna's percentile pruners) and the final
-  objective, averaged over the 6 sweeps.
+- rank correlation: Spearman's rho, over a sweep's trials, between the score the pruner sees at 12.5 %, 25 %, 50 %
+  and 75 % of the updates (the latest running objective, or the best so far for Optuna's percentile pruners) and the
+  final objective, averaged over the 6 sweeps.
 
 Replays keep the trial sequence of the sweep: they do not show how a sampler would have proposed differently after
 a pruned trial (``bench/pruning.py`` measures live sweeps).
@@ -38,6 +39,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 BANK = Path(__file__).resolve().parents[1] / "tests" / "data" / "curve_bank"
 REPORT_EVERY = 5
+RHO_AT = (0.125, 0.25, 0.5, 0.75)  # fractions of the updates at which the rank correlation is measured
 
 
 @dataclass
@@ -137,7 +139,7 @@ def pruners() -> Dict[str, tuple]:
     p = optuna.pruners
     return {
         "none": (p.NopPruner, 20, "latest", ""),
-        "median (today's default)": (p.MedianPruner, 20, "best", "median"),
+        "median (the plugin's default)": (p.MedianPruner, 20, "best", "median"),
         "percentile 25 (keep top 75 %)": (lambda: p.PercentilePruner(25.0), 20, "best", "percentile25"),
         "patient median (patience 3)": (
             lambda: p.PatientPruner(p.MedianPruner(), patience=3),
@@ -159,10 +161,17 @@ def pruners() -> Dict[str, tuple]:
             "hyperband",
         ),
         "wilcoxon (p 0.1)": (lambda: p.WilcoxonPruner(p_threshold=0.1), 5, "latest", "wilcoxon"),
-        "rungs (default: 0.2/0.5, eta 3)": (RungPruner, 20, "latest", "rungs"),
-        "rungs (eta 2)": (lambda: RungPruner(eta=2.0), 20, "latest", "rungs_eta2"),
-        "rungs (eta 4)": (lambda: RungPruner(eta=4.0), 20, "latest", "rungs_eta4"),
-        "rungs (margin 1 noise sd)": (lambda: RungPruner(margin=1.0), 20, "latest", "rungs_margin1"),
+        "rungs (default: 0.2/0.5, eta 3)": (RungPruner, 10, "latest", "rungs"),
+        "rungs (eta 2)": (lambda: RungPruner(eta=2.0), 10, "latest", "rungs_eta2"),
+        "rungs (eta 4)": (lambda: RungPruner(eta=4.0), 10, "latest", "rungs_eta4"),
+        "rungs (margin 1 noise sd)": (lambda: RungPruner(margin=1.0), 10, "latest", "rungs_margin1"),
+        "rungs (0.125/0.5, eta 2.5)": (lambda: RungPruner(rungs=(0.125, 0.5), eta=2.5), 10, "latest", "rungs_early"),
+        "rungs (0.125/0.5, eta 2.5, min 2 trials)": (
+            lambda: RungPruner(rungs=(0.125, 0.5), eta=2.5, min_trials=2),
+            10,
+            "latest",
+            "rungs_early_min2",
+        ),
     }
 
 
@@ -182,11 +191,9 @@ def main() -> int:
     per_sweep = -(-args.orders // len(sweeps))
     rng = np.random.default_rng(0)
     orders = [[rng.permutation(len(trials)) for _ in range(per_sweep)] for trials in sweeps]
-    rho = {
-        kind: [rank_correlation(sweeps, f, kind == "best") for f in (0.25, 0.5, 0.75)] for kind in ("best", "latest")
-    }
+    rho = {kind: [rank_correlation(sweeps, f, kind == "best") for f in RHO_AT] for kind in ("best", "latest")}
     print(f"{len(sweeps)} sweeps x {per_sweep} orders = {len(sweeps) * per_sweep} replays per pruner")
-    print(f"{'pruner':<36} {'saved':>6} {'best kept':>9} {'regret mean':>11} {'worst':>6}  rho@25/50/75%   s")
+    print(f"{'pruner':<36} {'saved':>6} {'best kept':>9} {'regret mean':>11} {'worst':>6}  rho@12/25/50/75%    s")
     rows = {}
     for name, (factory, first, kind, row) in pruners().items():
         if args.only and not any(x.strip() in name for x in args.only.split(",")):
@@ -200,7 +207,7 @@ def main() -> int:
         rows[name] = (saved, kept, float(regret.mean()), float(regret.max()), row)
         print(
             f"{name:<36} {saved:>6.1%} {kept:>9.1%} {regret.mean():>11.2%} {regret.max():>6.1%}  "
-            f"{r[0]:.2f}/{r[1]:.2f}/{r[2]:.2f}  {time.perf_counter() - t0:4.0f}"
+            f"{'/'.join(f'{x:.2f}' for x in r)}  {time.perf_counter() - t0:4.0f}"
         )
     if args.write:
         from benchmarks_md import update_row

@@ -3,7 +3,8 @@
 #   bash scripts/setup.sh          runtime: CPU torch 2.13.0 + sweeprl (editable)
 #   bash scripts/setup.sh --test   the same plus test dependencies and the system packages tests use
 #                                  (Debian: ocaml-nox for the OCaml reward, bubblewrap for the sandbox,
-#                                  postgresql for the multi-driver tests, chromium for the report's layout test)
+#                                  postgresql for the multi-driver tests, chromium for the report's layout test,
+#                                  slurm-wlm daemons, munge and mariadb-server for the SLURM tests)
 #                                  (model=tiny_ocaml ships with sweeprl: nothing to build)
 # Environment: PYTHON (default python3); SWEEPRL_TORCH="skip" keeps a torch you installed yourself
 # (e.g. a CUDA build: see README "Install notes"; vLLM: constraints-gpu.txt with the gpu extra).
@@ -27,6 +28,8 @@ apt_install() {  # packages the tests need; installed with apt-get when missing 
   [ -x /usr/bin/python3 ] || missing+=(python3)  # the Python unit-test reward's interpreter in the sandbox
   ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || missing+=(postgresql)
   command -v chromium >/dev/null || missing+=(chromium)  # the report is measured in a real browser
+  # a SLURM cluster with accounting for the launcher tests (tests/slurm.py)
+  command -v slurmctld >/dev/null || missing+=(slurmctld slurmd slurm-client slurmdbd munge mariadb-server)
   [ ${#missing[@]} -eq 0 ] && return 0
   local SUDO=""
   if [ "$(id -u)" != 0 ]; then

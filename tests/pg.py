@@ -22,7 +22,7 @@ def pg_bin() -> str | None:
 
 
 @contextmanager
-def postgres_server() -> Iterator[str]:
+def postgres_server(max_connections: int = 100) -> Iterator[str]:
     """Yields a base URL ``postgresql+psycopg2://sweeprl@127.0.0.1:<port>``; databases via ``createdb``."""
     bindir = pg_bin()
     if bindir is None:
@@ -52,7 +52,7 @@ def postgres_server() -> Iterator[str]:
                 "-w",
                 "start",
                 "-o",
-                f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c max_connections=100",
+                f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c max_connections={max_connections}",
             ],
             check=True,
             capture_output=True,

@@ -180,8 +180,52 @@ def test_failure_scope_run_aborts_with_a_summary(tmp_path):
         ok=False,
     )
     assert proc.returncode == 1
-    assert "sweep aborted: 3 of 3 trials failed this run, more than max_failure_rate=0.5 x n_trials=4" in proc.stderr
+    assert (
+        "sweep aborted: 3 of 3 trials failed this run, more than max_failure_rate=0.5 of the trials attempted "
+        "(counted as at least n_trials=4)" in proc.stderr
+    )
     assert "planned failure" not in proc.stderr
+
+
+@pytest.mark.parametrize("rate", [0.5, 1.0])
+def test_hydra_optuna_sweeper_1_3s_failure_rate_cases(tmp_path, rate):
+    """1.3's own test: every trial fails; 0.5 ends the sweep with the job's exception, 1.0 does not. Failed trials
+    are replaced here, so at 1.0 the run stops once n_trials trials in a row failed, cleanly, as 1.3 ends after
+    n_trials failed trials."""
+    proc = sweep(
+        tmp_path,
+        "fail_above=-10",
+        "hydra.sweeper.n_trials=6",
+        "hydra/sweeper/sampler=random",
+        "hydra.sweeper.sampler.seed=123",
+        f"hydra.sweeper.max_failure_rate={rate}",
+        ok=rate == 1.0,
+    )
+    states = [t.state for t in trials_of(tmp_path)]
+    if rate < 1.0:
+        assert proc.returncode == 1 and "RuntimeError: planned failure" in proc.stderr
+        assert states == [FAIL, FAIL]  # the first batch of n_jobs=2
+    else:
+        assert "planned failure" not in proc.stderr and states == [FAIL] * 6
+        assert (
+            "sweep stopped: the last 6 trials of this run all failed (n_trials=6 in a row)" in proc.stdout + proc.stderr
+        )
+
+
+def test_a_half_failing_app_is_within_a_failure_rate_of_0_9(tmp_path):
+    """Failures are judged against the trials attempted: 0.9 tolerates an app that fails half the time (the
+    replaced failures once made 8 failures in 16 attempts look like 8 > 0.9 x n_trials)."""
+    sweep(
+        tmp_path,
+        "fail_above=0",
+        "hydra.sweeper.n_trials=8",
+        "hydra/sweeper/sampler=random",
+        "hydra.sweeper.sampler.seed=0",
+        "hydra.sweeper.max_failure_rate=0.9",
+        "hydra.sweeper.failure_scope=run",
+    )
+    states = [t.state for t in trials_of(tmp_path)]
+    assert states.count(COMPLETE) == 8 and states.count(FAIL) >= 8  # at least as many failures as n_trials
 
 
 def test_defaults_are_hydra_optuna_sweeper_1_3s():

@@ -43,18 +43,23 @@ def test_guards_fire_after_patience_and_not_on_healthy_runs():
 
 
 @pytest.mark.parametrize(
-    "overrides, first",
+    "overrides, pruner, first",
     [
-        ([], 20),  # quickstart: 80 updates, warmup 0.25 -> step 20 (min_steps 10 is the smaller gate)
-        (["algo.max_steps=30"], 10),  # warmup gives 8: min_steps wins
-        (["algo.max_steps=30", "pruning.min_steps=0"], 8),  # ceil(0.25 * 30)
-        (["pruning.warmup=0"], 10),
-        (["pruning.warmup=0.5", "algo.max_steps=300"], 150),
-        (["experiment=length_ppo", "model=tiny", "algo.max_steps=200"], 50),  # same gate for sweeprl's PPO
+        ([], None, 20),  # quickstart: 80 updates, warm-up 0.25 -> step 20 (min_steps 10 is the smaller gate)
+        ([], "rungs", 10),  # the rungs pruner judges at its own rungs: no warm-up, min_steps only
+        (["pruning.warmup=0.25"], "rungs", 20),  # a warm-up set by the user holds for every pruner
+        (["algo.max_steps=30"], None, 10),  # warm-up gives 8: min_steps wins
+        (["algo.max_steps=30", "pruning.min_steps=0"], None, 8),  # ceil(0.25 * 30)
+        (["pruning.warmup=0"], None, 10),
+        (["pruning.warmup=0.5", "algo.max_steps=300"], None, 150),
+        (["experiment=length_ppo", "model=tiny", "algo.max_steps=200"], None, 50),  # same gate for sweeprl's PPO
     ],
 )
-def test_first_pruning_step_is_the_later_of_min_steps_and_the_warmup_fraction(overrides, first):
-    assert first_pruning_step(compose_cfg(["experiment=quickstart", *overrides])) == first
+def test_first_pruning_step_is_the_later_of_min_steps_and_the_warmup_fraction(overrides, pruner, first):
+    from hydra_plugins.sweeprl_sweeper.rung_pruner import RungPruner
+
+    study_pruner = RungPruner() if pruner == "rungs" else optuna.pruners.MedianPruner()
+    assert first_pruning_step(compose_cfg(["experiment=quickstart", *overrides]), study_pruner) == first
 
 
 def test_warmup_outside_0_1_is_refused_at_compose_time():

@@ -73,7 +73,7 @@ def test_the_pruner_on_the_curve_bank():
     sweeps = pruner_replay.load_bank()
     rng = np.random.default_rng(0)
     got = [
-        pruner_replay.replay(trials, rng.permutation(len(trials)), RungPruner, 20)
+        pruner_replay.replay(trials, rng.permutation(len(trials)), RungPruner, 10)
         for trials in sweeps
         for _ in range(20)
     ]

@@ -16,7 +16,13 @@ from omegaconf import OmegaConf
 from optuna.distributions import FloatDistribution
 
 from conftest import PYTHON, compose_cfg, quickstart_sweep
-from hydra_plugins.sweeprl_sweeper._impl import build_sampler, sampler_arguments, sampler_text, sqlite_warning
+from hydra_plugins.sweeprl_sweeper._impl import (
+    build_sampler,
+    sampler_arguments,
+    sampler_text,
+    shared_seed_warning,
+    sqlite_warning,
+)
 from hydra_plugins.sweeprl_sweeper.config import SAMPLERS
 from hydra_plugins.sweeprl_sweeper.hooks import SweepContext
 from hydra_plugins.sweeprl_sweeper.search_space import SearchSpace
@@ -79,6 +85,17 @@ def test_sqlite_study_storage_with_trials_at_once_is_warned_about():
     assert sqlite_warning("postgresql+psycopg2://u@db/optuna", parallel=4) is None
     assert sqlite_warning(None, parallel=4) is None  # in memory
     assert sqlite_warning("study.log", parallel=4) is None  # journal file
+
+
+def test_a_seeded_sampler_on_a_database_server_is_warned_about():
+    """Drivers started with one seed propose the same first configs (bench/drivers.py: 3 of 12 trials repeated by
+    2 drivers); one driver on SQLite, a journal file or in memory is not warned."""
+    message = shared_seed_warning("postgresql+psycopg2://u:secret@db/optuna", 0)
+    assert message and "seed=0 on a shared study" in message and "SLURM_ARRAY_TASK_ID" in message
+    assert "secret" not in message  # the password is masked
+    assert shared_seed_warning("postgresql+psycopg2://u@db/optuna", None) is None
+    for url in ("sqlite:////tmp/optuna.db", "study.log", None):
+        assert shared_seed_warning(url, 0) is None
 
 
 def test_sqlite_tracking_uri_with_trials_at_once_is_warned_about(caplog):

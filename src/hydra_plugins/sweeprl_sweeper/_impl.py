@@ -175,6 +175,10 @@ class SweepImpl:
         message = sqlite_warning(self.ctx.storage_url, self.ctx.parallel, running)
         if message:
             log.warning(message)
+        node = self.s.get("sampler")
+        message = shared_seed_warning(self.ctx.storage_url, _plain(node).get("seed") if node is not None else None)
+        if message:
+            log.warning(message)
 
     def _open_study(self, space: SearchSpace) -> tuple[optuna.Study, Any]:
         url = self.ctx.storage_url or self.hooks.default_storage()
@@ -320,6 +324,18 @@ def sqlite_warning(url: Optional[str], parallel: int, running_elsewhere: int = 0
         "time, so trials wait on each other's writes (pruner reports, heartbeats) or fail with 'database is locked'. "
         "For parallel or distributed sweeps use PostgreSQL: hydra.sweeper.storage=postgresql+psycopg2://user@host/db "
         "(docs/distributed.md)"
+    )
+
+
+def shared_seed_warning(url: Optional[str], seed: Any) -> Optional[str]:
+    """The warning for a seeded sampler on a database server's study (the storage of several drivers), else None:
+    drivers started with one seed propose the same configs until results come in (bench/drivers.py)."""
+    if seed is None or not url or "://" not in url or url.startswith("sqlite"):
+        return None
+    return (
+        f"hydra.sweeper.sampler.seed={seed} on a shared study ({public_url(url)}): every driver started with this "
+        "seed proposes the same configs until the study has results, so drivers run configs twice. Give each driver "
+        "its own seed (e.g. hydra.sweeper.sampler.seed=$SLURM_ARRAY_TASK_ID) or none"
     )
 
 

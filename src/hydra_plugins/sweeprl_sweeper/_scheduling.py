@@ -9,7 +9,6 @@ through :meth:`Scheduler.finish`, which tells the study (:func:`~hydra_plugins.s
 from __future__ import annotations
 
 import logging
-import math
 import signal
 import threading
 import time
@@ -61,24 +60,37 @@ def param_text(params: Dict[str, Any]) -> str:
 
 
 class Budget:
-    """The one stop condition of both loops."""
+    """The one stop condition of both loops.
+
+    Failed trials are replaced (they never count toward ``n_trials``), so the failure budget is a rate of the
+    trials this driver attempted: a run aborts when its failures exceed ``max_failure_rate`` of its attempts,
+    counted as at least ``n_trials`` so that the first failures alone do not end a sweep (``0.0`` still aborts at
+    the first failure). ``1.0`` never aborts; but a run whose last ``n_trials`` trials all failed is broken, not
+    unlucky: it stops (with ``1.0``, cleanly and with an error line, as hydra-optuna-sweeper 1.3 ends after
+    ``n_trials`` failed trials; below ``1.0`` it aborts).
+    """
 
     def __init__(self, n_trials: int, max_failure_rate: float, scope: str, batch_size: int):
         self.n_trials, self.rate, self.scope, self.batch_size = n_trials, max_failure_rate, scope, batch_size
-        self.attempts = self.failures = 0
+        self.attempts = self.failures = self.in_a_row = 0
+        self.stopped = False  # all failing at max_failure_rate 1.0: no new trial, the loops end
         self.batch: List[Outcome] = []
 
     def capacity(self, study: optuna.Study) -> int:
         """Trials that may still be started: n_trials minus finished and running (this and other drivers)."""
+        if self.stopped:
+            return 0
         return self.n_trials - len(study.get_trials(deepcopy=False, states=ACTIVE))
 
     def done(self, study: optuna.Study) -> bool:
-        return finished_count(study) >= self.n_trials
+        return self.stopped or finished_count(study) >= self.n_trials
 
     def record(self, outcome: Outcome) -> None:
         """Count one finished trial; raises when the failure budget is spent."""
         self.attempts += 1
-        self.failures += outcome.state == FAIL
+        failed = outcome.state == FAIL
+        self.failures += failed
+        self.in_a_row = self.in_a_row + 1 if failed else 0
         if self.scope == "run":
             self._check_run()
         else:
@@ -95,11 +107,20 @@ class Budget:
         self._check_run()
 
     def _check_run(self) -> None:
-        # failed trials are replaced (they never count toward n_trials); this bounds how many a run may replace
-        if self.failures > math.floor(self.rate * self.n_trials):
+        if self.failures > self.rate * max(self.attempts, self.n_trials):
             raise SweepAborted(
                 f"sweep aborted: {self.failures} of {self.attempts} trials failed this run, more than "
-                f"max_failure_rate={self.rate} x n_trials={self.n_trials} allows; see the fail reasons above"
+                f"max_failure_rate={self.rate} of the trials attempted (counted as at least n_trials="
+                f"{self.n_trials}); see the fail reasons above"
+            )
+        if self.in_a_row >= self.n_trials and not self.stopped:
+            what = f"the last {self.in_a_row} trials of this run all failed (n_trials={self.n_trials} in a row)"
+            if self.rate < 1.0:
+                raise SweepAborted(f"sweep aborted: {what}; see the fail reasons above")
+            self.stopped = True
+            log.error(
+                f"sweep stopped: {what}; max_failure_rate=1.0 tolerates failures, not a sweep that never "
+                "succeeds. See the fail reasons above; re-run the same command to continue the study."
             )
 
 
@@ -124,9 +145,11 @@ class Scheduler:
         is closed as FAIL with user attr "surplus" and never run)."""
         if self.budget.capacity(self.study) <= 0:
             return None
+        t0 = time.perf_counter()
         trial = self.study.ask(fixed_distributions=self.space.distributions)
         self.ids[trial.number] = trial_id(self.storage, self.study.study_name, trial.number)
         active = self.study.get_trials(deepcopy=False, states=ACTIVE)
+        log.debug("[trial %d] asked in %.1f ms", trial.number, 1000 * (time.perf_counter() - t0))  # bench/drivers.py
         if trial.number not in sorted(t.number for t in active)[: self.impl.n_trials]:
             trial.set_user_attr("surplus", True)
             self.study.tell(trial, state=TrialState.FAIL)
@@ -164,7 +187,9 @@ class Scheduler:
                 trial.set_user_attr(key, value)
             trial.set_user_attr("started_at", now - outcome.seconds)
         self.hooks.trial_finished(trial, outcome)
+        t0 = time.perf_counter()
         outcomes.tell(self.study, trial, outcome, param_text(trial.params))
+        log.debug("[trial %d] told in %.1f ms", trial.number, 1000 * (time.perf_counter() - t0))
         if self.progress is not None and self.progress.mode != "off":
             value = outcome.values[0] if outcome.values else None
             self.progress.trial_finished(trial.number, outcome.state, value, param_text(trial.params))

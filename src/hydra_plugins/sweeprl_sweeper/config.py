@@ -250,7 +250,7 @@ class SweeprlSweeperConf:
     n_trials: int = 20
     # Trials launched per round (parallel with a parallel launcher, e.g. hydra/launcher=joblib)
     n_jobs: int = 2
-    # Tolerated fraction of FAILED trials, in [0, 1]; see failure_scope
+    # Tolerated fraction of FAILED trials among those attempted, in [0, 1] (1.0: never abort); see failure_scope
     max_failure_rate: float = 0.0
     # Deprecated 1.1-style search space {name: {type: int|float|categorical, low, high, step, log, choices}}
     search_space: Optional[Dict[str, Any]] = None
@@ -265,8 +265,9 @@ class SweeprlSweeperConf:
     pruner: Any = MISSING
     # batch: after each batch of n_jobs trials (of `slots` trials with process slots), abort when the batch's failed
     # fraction exceeds max_failure_rate, re-raising the first failed job's exception (hydra-optuna-sweeper 1.3);
-    # run: abort with a summary as soon as this run's failures exceed max_failure_rate x n_trials. Failed trials
-    # never count toward n_trials; with either scope a run stops after max_failure_rate x n_trials failures.
+    # run: abort with a summary as soon as this run's failures exceed max_failure_rate of the trials it attempted
+    # (counted as at least n_trials). Failed trials never count toward n_trials: with either scope the run's rate is
+    # judged, and a run whose last n_trials trials all failed stops (cleanly at max_failure_rate 1.0)
     failure_scope: str = "batch"
     # dotted path of a hydra_plugins.sweeprl_sweeper.hooks.SweepHooks subclass that adds an app's own checks,
     # overrides, records and reports (sweeprl's conf sets sweeprl.cli.sweep_hooks.SweeprlHooks); None = none

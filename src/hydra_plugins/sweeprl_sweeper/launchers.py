@@ -10,19 +10,23 @@ launcher and tells the study what the launcher returns. Two things differ from t
   the results of the round's other jobs would be lost. Jobs of such launchers run through
   :class:`~hydra_plugins.sweeprl_sweeper.outcomes.ResultWritingTask`, which leaves a result file in each job's
   output dir, and :func:`recover_round` turns those files into outcomes: finished trials are COMPLETE or PRUNED
-  as usual, the lost ones FAIL with the launcher's error as reason.
+  as usual, the lost ones FAIL with the launcher's error as reason. The launcher raises for the first lost job
+  only, so under SLURM each job also records its job id (``outcomes.record_slurm_job``) and a lost job's reason
+  is its own end as ``sacct`` reports it (TIMEOUT, CANCELLED, OUT_OF_MEMORY, NODE_FAIL, PREEMPTED).
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import subprocess
 import time
 from pathlib import Path
 from typing import List, Optional, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
-from hydra_plugins.sweeprl_sweeper.outcomes import LostJob, Outcome, from_result_file, read_result
+from hydra_plugins.sweeprl_sweeper.outcomes import SLURM_JOB_FILE, LostJob, Outcome, from_result_file, read_result
 
 log = logging.getLogger(__name__)
 
@@ -44,9 +48,23 @@ def is_basic_launcher(config: DictConfig) -> bool:
 def check_launcher(
     config: DictConfig, slots: int, trial_timeout: Optional[float], process: Optional[bool]
 ) -> Optional[str]:
-    """A problem message when process slots are combined with a launcher other than the basic one, else None."""
+    """A problem message when process slots are combined with a launcher other than the basic one, or when a
+    submitit launcher's time limit leaves no time before its time-out signal, else None."""
     if is_basic_launcher(config):
         return None
+    timeout_min = OmegaConf.select(config, "hydra.launcher.timeout_min", default=None)
+    delay = OmegaConf.select(config, "hydra.launcher.signal_delay_s", default=None)
+    if timeout_min is not None and delay is not None and timeout_min * 60 - delay < 60:
+        # submitit asks SLURM for its time-out signal signal_delay_s before the limit, and SLURM may send it up to
+        # 60 s earlier than asked (sbatch --signal): a job signalled at its start is ended by submitit
+        text = (
+            f"hydra.launcher.timeout_min={timeout_min} ({timeout_min * 60} s) leaves less than 60 s before "
+            f"hydra.launcher.signal_delay_s={delay}: SLURM sends the time-out signal up to 60 s early, and submitit "
+            "ends a signalled job ('timed-out too many times'); raise timeout_min or lower signal_delay_s"
+        )
+        if timeout_min * 60 <= delay:
+            return text  # every job would be signalled as it starts
+        log.warning(text)
     used = [
         s
         for s, on in (
@@ -64,6 +82,27 @@ def check_launcher(
         f"would bypass hydra/launcher={name}; with a launcher use hydra.sweeper.n_jobs (trials per round) and the "
         f"launcher's own limits (e.g. hydra.launcher.timeout_min for submitit), or drop hydra/launcher for local slots"
     )
+
+
+def slurm_end(job_dir: Path, attempts: int = 5) -> Optional[str]:
+    """How the SLURM job that ran in ``job_dir`` ended, from ``sacct`` ("TIMEOUT", "CANCELLED by 0",
+    "OUT_OF_MEMORY", …, with its exit code and node), or None (not a SLURM job, or no accounting)."""
+    try:
+        info = json.loads((Path(job_dir) / SLURM_JOB_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    cmd = ["sacct", "-X", "-n", "-P", "-j", str(info["job"]), "-o", "State,ExitCode"]
+    for _ in range(attempts):  # the controller may take a moment to account a job it just ended
+        try:
+            out = subprocess.run(cmd, capture_output=True, text=True, timeout=30).stdout.strip().splitlines()
+        except (OSError, subprocess.SubprocessError):
+            return None
+        state, _, code = (out[0] if out else "").partition("|")
+        if state and state not in ("RUNNING", "PENDING", "COMPLETING"):
+            where = f" on {info['node']}" if info.get("node") else ""
+            return f"SLURM job {info['job']}{where} ended {state} (exit code {code}) without a result"
+        time.sleep(1.0)
+    return None
 
 
 def recover_round(
@@ -88,7 +127,8 @@ def recover_round(
     log.warning("launcher error in a round of %d job(s): %s; results recovered from the job dirs", len(dirs), reason)
     outcomes = []
     for d in dirs:
-        lost = LostJob(reason)
+        own = slurm_end(Path(d)) if read_result(d) is None else None  # this job's own end, not the first lost job's
+        lost = LostJob(own or reason)
         lost.__cause__ = error  # the launcher's traceback goes to the trial's failure record
         outcomes.append(from_result_file(Path(d), n_objectives, lost))
     return outcomes

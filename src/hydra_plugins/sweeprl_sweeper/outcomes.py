@@ -267,6 +267,20 @@ class ResultFile(Callback):
             write_result(output_dir, error=exc if isinstance(exc, BaseException) else RuntimeError("job failed"))
 
 
+SLURM_JOB_FILE = "slurm_job.json"
+
+
+def record_slurm_job(output_dir: str) -> None:
+    """In a SLURM job: its id (``<array job>_<task>`` for an array task) in the job's output dir."""
+    env = os.environ
+    if not env.get("SLURM_JOB_ID"):
+        return
+    array, task = env.get("SLURM_ARRAY_JOB_ID"), env.get("SLURM_ARRAY_TASK_ID")
+    job = f"{array}_{task}" if array and task else env["SLURM_JOB_ID"]
+    Path(output_dir).mkdir(parents=True, exist_ok=True)
+    (Path(output_dir) / SLURM_JOB_FILE).write_text(json.dumps({"job": job, "node": env.get("SLURMD_NODENAME")}))
+
+
 class ResultWritingTask:
     """The app's task function, writing the result file when it ends: what jobs of a launcher other than the basic
     one run, so a round whose launcher raises (a lost SLURM job) keeps the results of its other jobs."""
@@ -279,6 +293,7 @@ class ResultWritingTask:
         from hydra.core.hydra_config import HydraConfig
 
         output_dir = HydraConfig.get().runtime.output_dir
+        record_slurm_job(output_dir)
         try:
             value = self.task(cfg)
         except BaseException as exc:

@@ -194,12 +194,12 @@ class PruningConfig:
         5, "Report the running objective to the study every this many updates (pruners decide on it)."
     )
     min_steps: int = f(10, "Never prune before this many updates.")
-    warmup: float = f(
-        0.25,
-        "Never prune before this fraction of algo.max_steps either. Optuna's percentile pruners compare a trial's "
-        "best value so far, so early risers that later collapse are never pruned while slow starters, which look "
-        "like non-learners early, are: on the quickstart sweep the eventual best trials separated from "
-        "non-learners only after ~25 % of training.",
+    warmup: Optional[float] = f(
+        None,
+        "Never prune before this fraction of algo.max_steps either; null = 0.25, or 0 when the pruner judges only "
+        "at its own rungs (rungs). Optuna's median and percentile pruners compare a trial's best value so far: "
+        "early risers that later collapse are kept while slow starters, which look like non-learners early, are "
+        "cut; on the quickstart sweep the eventual best trials separated from non-learners after ~25 % of training.",
     )
     guards: GuardsConfig = field(default_factory=GuardsConfig, metadata={"help": "Red-flag guards."})
 

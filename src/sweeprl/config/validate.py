@@ -91,7 +91,7 @@ COMMON_RULES: List[Rule] = [
     Rule("data.eval_every", _non_negative, "an int >= 0 (0 = no periodic validation)"),
     Rule("pruning.report_every", _at_least(1), "an int >= 1"),
     Rule("pruning.min_steps", _non_negative, "an int >= 0"),
-    Rule("pruning.warmup", lambda v: 0 <= v < 1, "a float in [0, 1)"),
+    Rule("pruning.warmup", lambda v: v is None or 0 <= v < 1, "null (the pruner's default) or a float in [0, 1)"),
     _choice("sweeprl.device", DEVICES),
 ]
 

@@ -124,10 +124,19 @@ def pruner_from_hydra() -> Any:
     return instantiate(kwargs)  # same rule as the sweeper: None = Optuna's default
 
 
-def first_pruning_step(cfg: Any) -> int:
-    """First update a trial may be pruned at: ``pruning.min_steps``, and ``pruning.warmup`` of ``algo.max_steps``."""
+#: ``pruning.warmup`` when it is null and the pruner compares values at every step (median, percentile, ...)
+DEFAULT_WARMUP = 0.25
+
+
+def first_pruning_step(cfg: Any, pruner: Any = None) -> int:
+    """First update a trial reports at (and may be pruned at): ``pruning.min_steps``, and ``pruning.warmup`` of
+    ``algo.max_steps``. A null warm-up is 0 for a pruner that judges only at its own rungs (it has ``rungs``:
+    the rungs pruner), else :data:`DEFAULT_WARMUP`."""
     max_steps = int(cfg.algo.get("max_steps") or 0)
-    warm = math.ceil(float(cfg.pruning.warmup) * max_steps) if max_steps > 0 else 0
+    warmup = cfg.pruning.warmup
+    if warmup is None:
+        warmup = 0.0 if getattr(pruner, "rungs", None) else DEFAULT_WARMUP
+    warm = math.ceil(float(warmup) * max_steps) if max_steps > 0 else 0
     return max(int(cfg.pruning.min_steps), warm)
 
 
@@ -138,7 +147,7 @@ class PruningCallback(TrainerCallback):
         self.cfg = cfg
         self.trial = trial
         self.report_every = int(cfg.pruning.report_every)
-        self.min_steps = first_pruning_step(cfg)
+        self.min_steps = first_pruning_step(cfg, getattr(getattr(trial, "study", None), "pruner", None))
         self.guards = Guards(cfg.pruning.guards, target_kl_of(cfg.objective, algo=str(cfg.algo.name)))
         self.history: List[Dict[str, float]] = []
         self.reason: Optional[str] = None
