@@ -3,13 +3,12 @@ a lost SLURM job gets from ``sacct`` (a stand-in sacct on PATH; tests/test_slurm
 
 from __future__ import annotations
 
-import json
 import logging
 
 from omegaconf import OmegaConf
 
 from hydra_plugins.sweeprl_sweeper.launchers import check_launcher, slurm_end
-from hydra_plugins.sweeprl_sweeper.outcomes import SLURM_JOB_FILE, record_slurm_job
+from hydra_plugins.sweeprl_sweeper.outcomes import read_place, record_place
 
 SUBMITIT = "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"
 
@@ -36,8 +35,8 @@ def test_a_lost_slurm_job_is_told_by_its_own_accounting_record(tmp_path, monkeyp
     monkeypatch.setenv("SLURM_ARRAY_JOB_ID", "40")
     monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "1")
     monkeypatch.setenv("SLURMD_NODENAME", "gpu-7")
-    record_slurm_job(str(tmp_path / "trial_1"))
-    assert json.loads((tmp_path / "trial_1" / SLURM_JOB_FILE).read_text()) == {"job": "40_1", "node": "gpu-7"}
+    record_place(str(tmp_path / "trial_1"))
+    assert read_place(tmp_path / "trial_1") == {"slurm_job": "40_1", "node": "gpu-7"}
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     sacct = bin_dir / "sacct"  # answers for job 40_1 only, as the real one with -X -n -P -o State,ExitCode
@@ -49,5 +48,5 @@ def test_a_lost_slurm_job_is_told_by_its_own_accounting_record(tmp_path, monkeyp
     )
     assert slurm_end(tmp_path / "trial_2") is None  # no record: not a SLURM job
     monkeypatch.delenv("SLURM_JOB_ID")
-    record_slurm_job(str(tmp_path / "trial_3"))
-    assert not (tmp_path / "trial_3" / SLURM_JOB_FILE).exists()  # outside SLURM nothing is written
+    record_place(str(tmp_path / "trial_3"))
+    assert read_place(tmp_path / "trial_3") == {}  # outside SLURM and Ray nothing is written

@@ -5,6 +5,7 @@ cancelled, and the documented array of sweep drivers under real ``sbatch`` with 
 from __future__ import annotations
 
 import importlib.util
+import socket
 import subprocess
 import time
 
@@ -69,7 +70,7 @@ def test_submitit_slurm_sweep_survives_a_time_limit_and_a_scancel(tmp_path, mode
         try:
             task = wait_for(lambda: running_task(cluster, 1), 120, "trial 1's array task to run")
             trial_dir = tmp_path / "multirun" / "quickstart-lr" / "trial_1"
-            wait_for(lambda: (trial_dir / "slurm_job.json").is_file(), 120, "trial 1 to start")
+            wait_for(lambda: (trial_dir / "job_place.json").is_file(), 120, "trial 1 to start")
             time.sleep(3)
             cluster.run("scancel", task)
             assert driver.wait(timeout=300) == 0, (tmp_path / "driver.log").read_text()[-4000:]
@@ -83,7 +84,8 @@ def test_submitit_slurm_sweep_survives_a_time_limit_and_a_scancel(tmp_path, mode
     timed_out, cancelled = trials[0], trials[1]
     assert timed_out.state == FAIL and "timed-out" in timed_out.user_attrs["fail_reason"], timed_out.user_attrs
     assert cancelled.state == FAIL and "ended CANCELLED" in cancelled.user_attrs["fail_reason"]
-    assert task in cancelled.user_attrs["fail_reason"]
+    assert task in cancelled.user_attrs["fail_reason"] and cancelled.user_attrs["slurm_job"] == task
+    assert all(t.user_attrs["node"] == socket.gethostname() for t in trials)  # where each job ran (SLURMD_NODENAME)
     assert all(t.state == COMPLETE for t in trials[2:])
 
 

@@ -33,7 +33,7 @@ from hydra_plugins.sweeprl_sweeper._scheduling import (
     param_text,
 )
 from hydra_plugins.sweeprl_sweeper.hooks import SweepContext, load_hooks
-from hydra_plugins.sweeprl_sweeper.launchers import check_launcher, is_basic_launcher, launcher_name
+from hydra_plugins.sweeprl_sweeper.launchers import check_launcher, is_basic_launcher, launcher_name, prepare_launcher
 from hydra_plugins.sweeprl_sweeper.outcomes import ResultWritingTask
 from hydra_plugins.sweeprl_sweeper.progress import MODES, SweepProgress, best_of
 from hydra_plugins.sweeprl_sweeper.results import RESULTS_FILE, finished_count, write_results
@@ -96,6 +96,7 @@ class SweepImpl:
         self.launcher = Plugins.instance().instantiate_launcher(
             hydra_context=hydra_context, task_function=task_function, config=config
         )
+        prepare_launcher(self.launcher)
         self.ctx = SweepContext(
             config=config,
             sweep_dir=self.sweep_dir,

@@ -9,6 +9,7 @@ through :meth:`Scheduler.finish`, which tells the study (:func:`~hydra_plugins.s
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
 import time
@@ -20,9 +21,10 @@ from hydra.errors import HydraException
 from optuna.trial import TrialState
 
 from hydra_plugins.sweeprl_sweeper import outcomes
+from hydra_plugins.sweeprl_sweeper.launchers import is_basic_launcher
 from hydra_plugins.sweeprl_sweeper.outcomes import FAIL, Outcome
 from hydra_plugins.sweeprl_sweeper.results import finished_count
-from hydra_plugins.sweeprl_sweeper.search_space import SearchSpace, format_number, format_value
+from hydra_plugins.sweeprl_sweeper.search_space import SearchSpace, format_number, format_value, quote
 from hydra_plugins.sweeprl_sweeper.storage import make_storage, record_heartbeat, trial_id
 
 if TYPE_CHECKING:
@@ -172,6 +174,10 @@ class Scheduler:
 
     def job_overrides(self, trial: optuna.Trial, seed: Optional[int], passthrough: bool = True) -> List[str]:
         overrides = list(self.passthrough) if passthrough else []
+        if passthrough and not is_basic_launcher(self.ctx.config):
+            # a launcher's job may start elsewhere (a Ray worker starts in its node's dir): an absolute sweep dir
+            # keeps every trial dir where the driver looks for it
+            overrides.append(f"hydra.sweep.dir={quote(os.path.abspath(self.impl.sweep_dir))}")
         overrides += [f"{k}={v}" for k, v in self.space.fixed.items()]
         overrides += [f"{k}={format_value(v)}" for k, v in trial.params.items()]
         overrides += self.hooks.trial_overrides(trial.number)
@@ -181,6 +187,8 @@ class Scheduler:
         """End one trial: its dirs and time as user attrs, the hooks' records, the study told, a retry if FAIL."""
         if outcome.dirs:
             trial.set_user_attr("trial_dir", outcome.dirs[0] if len(outcome.dirs) == 1 else outcome.dirs)
+            for key, value in outcomes.read_place(outcome.dirs[0]).items():  # a launcher's job: its node, SLURM job
+                trial.set_user_attr(key, value)
         if outcome.seconds is not None:
             now = time.time()
             for key, value in (("seconds", round(outcome.seconds, 2)), ("ended_at", now)):

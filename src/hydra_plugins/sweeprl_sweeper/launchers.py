@@ -11,22 +11,21 @@ launcher and tells the study what the launcher returns. Two things differ from t
   :class:`~hydra_plugins.sweeprl_sweeper.outcomes.ResultWritingTask`, which leaves a result file in each job's
   output dir, and :func:`recover_round` turns those files into outcomes: finished trials are COMPLETE or PRUNED
   as usual, the lost ones FAIL with the launcher's error as reason. The launcher raises for the first lost job
-  only, so under SLURM each job also records its job id (``outcomes.record_slurm_job``) and a lost job's reason
+  only, so each job also records where it runs (``outcomes.record_place``) and a lost SLURM job's reason
   is its own end as ``sacct`` reports it (TIMEOUT, CANCELLED, OUT_OF_MEMORY, NODE_FAIL, PREEMPTED).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import subprocess
 import time
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import Any, List, Optional, Sequence
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
-from hydra_plugins.sweeprl_sweeper.outcomes import SLURM_JOB_FILE, LostJob, Outcome, from_result_file, read_result
+from hydra_plugins.sweeprl_sweeper.outcomes import LostJob, Outcome, from_result_file, read_place, read_result
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +42,17 @@ def launcher_name(config: DictConfig) -> str:
 def is_basic_launcher(config: DictConfig) -> bool:
     target = OmegaConf.select(config, "hydra.launcher._target_", default=None)
     return target in (None, BASIC_LAUNCHER)
+
+
+def prepare_launcher(launcher: Any) -> None:
+    """Settings a launcher needs to work at all. hydra-ray-launcher 1.2 always passes ``object_store_memory`` to
+    ``ray.init`` (for small CI machines), which Ray refuses when it joins a running cluster
+    (``init.address``): the sweeper passes it as null there, unless it was set."""
+    ray_cfg = getattr(launcher, "ray_cfg", None)
+    init = ray_cfg.get("init") if ray_cfg is not None else None
+    if init is not None and init.get("address") and "object_store_memory" not in init:
+        with open_dict(init):
+            init.object_store_memory = None
 
 
 def check_launcher(
@@ -87,11 +97,10 @@ def check_launcher(
 def slurm_end(job_dir: Path, attempts: int = 5) -> Optional[str]:
     """How the SLURM job that ran in ``job_dir`` ended, from ``sacct`` ("TIMEOUT", "CANCELLED by 0",
     "OUT_OF_MEMORY", …, with its exit code and node), or None (not a SLURM job, or no accounting)."""
-    try:
-        info = json.loads((Path(job_dir) / SLURM_JOB_FILE).read_text())
-    except (OSError, ValueError):
+    info = read_place(job_dir)
+    if not info.get("slurm_job"):
         return None
-    cmd = ["sacct", "-X", "-n", "-P", "-j", str(info["job"]), "-o", "State,ExitCode"]
+    cmd = ["sacct", "-X", "-n", "-P", "-j", str(info["slurm_job"]), "-o", "State,ExitCode"]
     for _ in range(attempts):  # the controller may take a moment to account a job it just ended
         try:
             out = subprocess.run(cmd, capture_output=True, text=True, timeout=30).stdout.strip().splitlines()
@@ -100,7 +109,7 @@ def slurm_end(job_dir: Path, attempts: int = 5) -> Optional[str]:
         state, _, code = (out[0] if out else "").partition("|")
         if state and state not in ("RUNNING", "PENDING", "COMPLETING"):
             where = f" on {info['node']}" if info.get("node") else ""
-            return f"SLURM job {info['job']}{where} ended {state} (exit code {code}) without a result"
+            return f"SLURM job {info['slurm_job']}{where} ended {state} (exit code {code}) without a result"
         time.sleep(1.0)
     return None
 

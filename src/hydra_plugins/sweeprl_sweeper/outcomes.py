@@ -19,6 +19,7 @@ import functools
 import json
 import logging
 import os
+import sys
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -267,18 +268,33 @@ class ResultFile(Callback):
             write_result(output_dir, error=exc if isinstance(exc, BaseException) else RuntimeError("job failed"))
 
 
-SLURM_JOB_FILE = "slurm_job.json"
+PLACE_FILE = "job_place.json"
 
 
-def record_slurm_job(output_dir: str) -> None:
-    """In a SLURM job: its id (``<array job>_<task>`` for an array task) in the job's output dir."""
+def record_place(output_dir: str) -> None:
+    """Where a launcher's job runs, in its output dir: under SLURM its job id (``<array job>_<task>`` for an array
+    task) and node, under Ray its node id and address; nothing elsewhere. The sweeper copies it into the trial's
+    user attrs, and asks ``sacct`` how a SLURM job that left no result ended."""
     env = os.environ
-    if not env.get("SLURM_JOB_ID"):
-        return
-    array, task = env.get("SLURM_ARRAY_JOB_ID"), env.get("SLURM_ARRAY_TASK_ID")
-    job = f"{array}_{task}" if array and task else env["SLURM_JOB_ID"]
-    Path(output_dir).mkdir(parents=True, exist_ok=True)
-    (Path(output_dir) / SLURM_JOB_FILE).write_text(json.dumps({"job": job, "node": env.get("SLURMD_NODENAME")}))
+    place: Dict[str, Any] = {}
+    if env.get("SLURM_JOB_ID"):
+        array, task = env.get("SLURM_ARRAY_JOB_ID"), env.get("SLURM_ARRAY_TASK_ID")
+        job = f"{array}_{task}" if array and task else env["SLURM_JOB_ID"]
+        place = {"slurm_job": job, "node": env.get("SLURMD_NODENAME")}
+    elif "ray" in sys.modules and sys.modules["ray"].is_initialized():
+        ray = sys.modules["ray"]
+        place = {"ray_node": ray.get_runtime_context().get_node_id(), "node": ray.util.get_node_ip_address()}
+    if place:
+        Path(output_dir).mkdir(parents=True, exist_ok=True)
+        (Path(output_dir) / PLACE_FILE).write_text(json.dumps(place))
+
+
+def read_place(job_dir: Any) -> Dict[str, Any]:
+    try:
+        data = json.loads((Path(job_dir) / PLACE_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 class ResultWritingTask:
@@ -287,17 +303,26 @@ class ResultWritingTask:
 
     def __init__(self, task: Callable[[Any], Any]):
         self.task = task
+        self.launch_dir = os.getcwd()  # the driver's: a job that starts elsewhere runs from here, as a local one
         functools.update_wrapper(self, task)
 
     def __call__(self, cfg: Any) -> Any:
         from hydra.core.hydra_config import HydraConfig
 
-        output_dir = HydraConfig.get().runtime.output_dir
-        record_slurm_job(output_dir)
+        hydra_cfg = HydraConfig.get()
+        output_dir = hydra_cfg.runtime.output_dir
+        record_place(output_dir)
+        here = os.getcwd()
+        move = not hydra_cfg.job.chdir and here != self.launch_dir and os.path.isdir(self.launch_dir)
+        if move:  # a Ray worker starts in its node's dir: relative paths of the app's config mean the launch dir
+            os.chdir(self.launch_dir)
         try:
             value = self.task(cfg)
         except BaseException as exc:
             write_result(output_dir, error=exc)
             raise
+        finally:
+            if move:
+                os.chdir(here)  # Ray reuses its workers
         write_result(output_dir, value=value)
         return value
