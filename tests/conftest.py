@@ -7,6 +7,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -166,6 +167,33 @@ def run_sweeprl(
 def quickstart_sweep(cwd: Path, model_cache: Path, *overrides: str, **kwargs) -> subprocess.CompletedProcess:
     """A ``-m experiment=quickstart`` sweep on the session's tiny model; ``overrides`` come after the preset."""
     return run_sweeprl(cwd, "-m", "experiment=quickstart", f"model.cache_dir={model_cache}", *overrides, **kwargs)
+
+
+def wait_for(check, timeout: float, what: str):
+    """Poll ``check`` every 0.5 s until it returns something true (returned), or fail after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = check()
+        if got:
+            return got
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def sweep_with_fault(cwd: Path, args: List[str], fault, env: Optional[Dict[str, str]] = None, timeout: float = 300):
+    """``python -m sweeprl ARGS`` in the background while ``fault()`` (which may wait for the sweep) breaks
+    something, then the sweep must end with exit 0; its output is in ``cwd/driver.log``. Returns the trials of
+    the study ``quickstart-lr`` by number."""
+    log_path = cwd / "driver.log"
+    with open(log_path, "w") as log:
+        full_env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}
+        driver = subprocess.Popen([PYTHON, "-m", "sweeprl", *args], cwd=cwd, env=full_env, stdout=log, stderr=log)
+        try:
+            fault(driver)
+            assert driver.wait(timeout=timeout) == 0, log_path.read_text()[-4000:]
+        finally:
+            driver.kill()
+    return sorted(load_study(cwd, "quickstart-lr").trials, key=lambda t: t.number)
 
 
 def load_study(launch_dir: Path, name: str):

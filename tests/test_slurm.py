@@ -12,7 +12,7 @@ import time
 import optuna
 import pytest
 
-from conftest import PYTHON, REPO
+from conftest import PYTHON, REPO, sweep_with_fault, wait_for
 from pg import createdb, pg_bin, postgres_server
 from slurm import slurm_cluster, slurm_missing
 
@@ -33,16 +33,6 @@ def cluster():
         yield c
 
 
-def wait_for(check, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = check()
-        if got:
-            return got
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def running_task(cluster, index: int):
     """The id of a RUNNING array task with this index (``<job>_<index>``), else None."""
     out = cluster.run("squeue", "-h", "-r", "-o", "%i %T", check=False).stdout.split("\n")
@@ -57,29 +47,23 @@ def test_submitit_slurm_sweep_survives_a_time_limit_and_a_scancel(tmp_path, mode
     """6 tiny-model trials in arrays of 3 through hydra/launcher=submitit_slurm: trial 0 sleeps into its time-out
     (a 2-minute limit, signalled 30 s before it as submitit asks, which SLURM may do up to 60 s early), trial 1 is
     scancelled mid-run; each ends FAIL with its own reason, is replaced, and the study reaches n_trials."""
-    cmd = [PYTHON, "-m", "sweeprl", "-m", "experiment=quickstart", "sweep=lr", "hydra.sweeper.n_trials=6"]
-    cmd += ["hydra.sweeper.n_jobs=3", "hydra.sweeper.sampler.seed=0", f"model.cache_dir={model_cache}"]
-    cmd += ["algo.max_steps=2", "tracking.enabled=false", "hydra.sweeper.report=false"]
-    cmd += ["hydra/launcher=submitit_slurm", "hydra.launcher.timeout_min=2", "hydra.launcher.signal_delay_s=30"]
-    cmd += ["hydra.launcher.cpus_per_task=1"]
-    cmd += ["hydra.launcher.mem_gb=1", "+fault.sleep_per_step=300", "+fault.only_trials=[0,1]"]
-    cmd += ["hydra.sweeper.max_failure_rate=0.5", "hydra.sweeper.grace_period=5"]
-    env = {**cluster.env, "PYTHONUNBUFFERED": "1"}
-    with open(tmp_path / "driver.log", "w") as log:
-        driver = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT)
-        try:
-            task = wait_for(lambda: running_task(cluster, 1), 120, "trial 1's array task to run")
-            trial_dir = tmp_path / "multirun" / "quickstart-lr" / "trial_1"
-            wait_for(lambda: (trial_dir / "job_place.json").is_file(), 120, "trial 1 to start")
-            time.sleep(3)
-            cluster.run("scancel", task)
-            assert driver.wait(timeout=300) == 0, (tmp_path / "driver.log").read_text()[-4000:]
-        finally:
-            driver.kill()
-    study = optuna.load_study(
-        study_name="quickstart-lr", storage=f"sqlite:///{tmp_path}/multirun/quickstart-lr/optuna.db"
-    )
-    trials = sorted(study.trials, key=lambda t: t.number)
+    args = ["-m", "experiment=quickstart", "sweep=lr", "hydra.sweeper.n_trials=6", "hydra.sweeper.n_jobs=3"]
+    args += ["hydra.sweeper.sampler.seed=0", f"model.cache_dir={model_cache}", "algo.max_steps=2"]
+    args += ["tracking.enabled=false", "hydra.sweeper.report=false", "hydra/launcher=submitit_slurm"]
+    args += ["hydra.launcher.timeout_min=2", "hydra.launcher.signal_delay_s=30", "hydra.launcher.cpus_per_task=1"]
+    args += ["hydra.launcher.mem_gb=1", "+fault.sleep_per_step=300", "+fault.only_trials=[0,1]"]
+    args += ["hydra.sweeper.max_failure_rate=0.5", "hydra.sweeper.grace_period=5"]
+    cancelled_task = []
+
+    def cancel_trial_1(driver):
+        cancelled_task.append(wait_for(lambda: running_task(cluster, 1), 120, "trial 1's array task to run"))
+        trial_dir = tmp_path / "multirun" / "quickstart-lr" / "trial_1"
+        wait_for(lambda: (trial_dir / "job_place.json").is_file(), 120, "trial 1 to start")
+        time.sleep(3)
+        cluster.run("scancel", cancelled_task[0])
+
+    trials = sweep_with_fault(tmp_path, args, cancel_trial_1, env=cluster.env)
+    task = cancelled_task[0]
     assert sum(t.state == COMPLETE for t in trials) == 6 and len(trials) == 8
     timed_out, cancelled = trials[0], trials[1]
     assert timed_out.state == FAIL and "timed-out" in timed_out.user_attrs["fail_reason"], timed_out.user_attrs

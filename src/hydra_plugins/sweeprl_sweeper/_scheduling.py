@@ -61,15 +61,20 @@ def param_text(params: Dict[str, Any]) -> str:
     )
 
 
+#: failures in a row that always mean a broken run, however small n_trials (one failure of a 1-trial sweep is
+#: replaced, as any failure is)
+ALL_FAILING = 3
+
+
 class Budget:
     """The one stop condition of both loops.
 
     Failed trials are replaced (they never count toward ``n_trials``), so the failure budget is a rate of the
     trials this driver attempted: a run aborts when its failures exceed ``max_failure_rate`` of its attempts,
     counted as at least ``n_trials`` so that the first failures alone do not end a sweep (``0.0`` still aborts at
-    the first failure). ``1.0`` never aborts; but a run whose last ``n_trials`` trials all failed is broken, not
-    unlucky: it stops (with ``1.0``, cleanly and with an error line, as hydra-optuna-sweeper 1.3 ends after
-    ``n_trials`` failed trials; below ``1.0`` it aborts).
+    the first failure). ``1.0`` never aborts; but a run whose last ``n_trials`` trials (and at least
+    :data:`ALL_FAILING`) all failed is broken, not unlucky: it stops (with ``1.0``, cleanly and with an error line,
+    as hydra-optuna-sweeper 1.3 ends after ``n_trials`` failed trials; below ``1.0`` it aborts).
     """
 
     def __init__(self, n_trials: int, max_failure_rate: float, scope: str, batch_size: int):
@@ -115,8 +120,8 @@ class Budget:
                 f"max_failure_rate={self.rate} of the trials attempted (counted as at least n_trials="
                 f"{self.n_trials}); see the fail reasons above"
             )
-        if self.in_a_row >= self.n_trials and not self.stopped:
-            what = f"the last {self.in_a_row} trials of this run all failed (n_trials={self.n_trials} in a row)"
+        if self.in_a_row >= max(self.n_trials, ALL_FAILING) and not self.stopped:
+            what = f"the last {self.in_a_row} trials of this run all failed (n_trials={self.n_trials})"
             if self.rate < 1.0:
                 raise SweepAborted(f"sweep aborted: {what}; see the fail reasons above")
             self.stopped = True

@@ -267,7 +267,7 @@ class SweeprlSweeperConf:
     # fraction exceeds max_failure_rate, re-raising the first failed job's exception (hydra-optuna-sweeper 1.3);
     # run: abort with a summary as soon as this run's failures exceed max_failure_rate of the trials it attempted
     # (counted as at least n_trials). Failed trials never count toward n_trials: with either scope the run's rate is
-    # judged, and a run whose last n_trials trials all failed stops (cleanly at max_failure_rate 1.0)
+    # judged, and a run whose last n_trials (at least 3) trials all failed stops (cleanly at max_failure_rate 1.0)
     failure_scope: str = "batch"
     # dotted path of a hydra_plugins.sweeprl_sweeper.hooks.SweepHooks subclass that adds an app's own checks,
     # overrides, records and reports (sweeprl's conf sets sweeprl.cli.sweep_hooks.SweeprlHooks); None = none
