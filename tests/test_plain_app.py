@@ -207,9 +207,7 @@ def test_hydra_optuna_sweeper_1_3s_failure_rate_cases(tmp_path, rate):
         assert states == [FAIL, FAIL]  # the first batch of n_jobs=2
     else:
         assert "planned failure" not in proc.stderr and states == [FAIL] * 6
-        assert (
-            "sweep stopped: the last 6 trials of this run all failed (n_trials=6)" in proc.stdout + proc.stderr
-        )
+        assert "sweep stopped: the last 6 trials of this run all failed (n_trials=6)" in proc.stdout + proc.stderr
 
 
 def test_a_half_failing_app_is_within_a_failure_rate_of_0_9(tmp_path):

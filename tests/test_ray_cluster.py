@@ -56,7 +56,12 @@ def test_a_sweep_spreads_over_ray_nodes_and_survives_a_lost_node(tmp_path, model
         cluster.remove_node(next(w for w in workers if w.node_id == killed[0]), allow_graceful=False)
 
     trials = sweep_with_fault(tmp_path, args, kill_the_node_of_trial_0)
-    assert [t.state for t in trials] == [FAIL] + [COMPLETE] * 4
-    assert trials[0].user_attrs["ray_node"] == killed[0] and "NodeDiedError" in trials[0].user_attrs["fail_reason"]
-    ran_on = {t.user_attrs.get("ray_node") for t in trials}
-    assert len(ran_on) == 2 and None not in ran_on  # both worker nodes ran trials, each recorded
+    # the killed node's trials FAIL (trial 0, and the round's other trial when Ray queued it there too), the
+    # study still ends with its 4 COMPLETE trials
+    assert sum(t.state == COMPLETE for t in trials) == 4
+    lost = [t for t in trials if t.state == FAIL]
+    assert trials[0] in lost and all("NodeDiedError" in t.user_attrs["fail_reason"] for t in lost)
+    assert trials[0].user_attrs["ray_node"] == killed[0]
+    ran_on = {t.user_attrs["ray_node"] for t in trials if "ray_node" in t.user_attrs}
+    assert len(ran_on) == 2  # both worker nodes ran trials, each recorded
+    assert all("ray_node" in t.user_attrs for t in trials if t.state == COMPLETE)

@@ -309,11 +309,11 @@ class ResultWritingTask:
     def __call__(self, cfg: Any) -> Any:
         from hydra.core.hydra_config import HydraConfig
 
-        hydra_cfg = HydraConfig.get()
-        output_dir = hydra_cfg.runtime.output_dir
+        output_dir = HydraConfig.get().runtime.output_dir
         record_place(output_dir)
         here = os.getcwd()
-        move = not hydra_cfg.job.chdir and here != self.launch_dir and os.path.isdir(self.launch_dir)
+        elsewhere = os.path.realpath(here) not in (os.path.realpath(self.launch_dir), os.path.realpath(output_dir))
+        move = elsewhere and os.path.isdir(self.launch_dir)  # not when Hydra moved the job into its output dir
         if move:  # a Ray worker starts in its node's dir: relative paths of the app's config mean the launch dir
             os.chdir(self.launch_dir)
         try:
