@@ -146,6 +146,9 @@ def test_epochs_without_steps_and_repeated_epochs(tmp_path):
     assert [r["step"] for r in per_epoch.train] == [1, 2, 3]
     same_epoch = readers.normalise([{"epoch": 0.0, "loss": x} for x in (1.0, 2.0, 3.0)])  # KTO's console: epoch 0.0
     assert [r["loss"] for r in same_epoch.train] == [1.0, 2.0, 3.0]  # by position, not merged into one
+    # TRL's console dicts carry the fraction of an epoch done (0.01, 0.02, ...): a position, not a step number
+    fractional = readers.normalise([{"epoch": round(0.01 * i, 2), "reward": 0.1 * i} for i in range(1, 6)])
+    assert [r["step"] for r in fractional.train] == [1, 2, 3, 4, 5]
 
 
 def test_a_file_of_no_known_metrics_says_what_was_tried(tmp_path):

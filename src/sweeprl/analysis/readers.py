@@ -416,7 +416,13 @@ def normalise(rows: Iterable[Dict[str, Any]]) -> Log:
     rows = [r for r in rows if not any(k in r for k in SUMMARY_KEYS)]
     stepless = not any(_number(r.get(k)) is not None for r in rows for k in keys.STEP_KEYS)
     epochs = [_number(r.get("epoch")) for r in rows]
-    by_epoch = stepless and all(e is not None for e in epochs) and len(set(epochs)) == len(epochs)
+    # per-epoch logs are stepped by their epoch; a fractional epoch is a step's progress through the data (TRL's
+    # console dicts), so those rows are counted instead
+    by_epoch = (
+        stepless
+        and all(e is not None and float(e).is_integer() for e in epochs)
+        and len(set(epochs)) == len(epochs)
+    )
     train: Dict[float, Dict[str, float]] = {}
     evals: Dict[float, Dict[str, float]] = {}
     seen: Dict[str, str] = {}  # original name -> key
