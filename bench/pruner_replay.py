@@ -4,23 +4,30 @@
     .venv/bin/python bench/pruner_replay.py                 # every pruner, 1000 trial orders
     .venv/bin/python bench/pruner_replay.py --write         # also the BENCHMARKS.md rows pruner_replay_*
 
-The bank (``tests/data/curve_bank``: 6 quickstart sweeps x 16 complete, unpruned trials) holds every trial's
-per-step curves. A replay feeds one sweep's trials, in a random order, to a real Optuna study with the pruner under
-test, each trial reporting its running objective as a sweeprl trial does (every ``pruning.report_every`` = 5
-updates from the warm-up on: 25 % for the pruners that compare every step, ``pruning.min_steps`` = 10 for the rungs
-pruner, which judges only at its rungs; hyperband and Wilcoxon, which need early reports, from update 5) and
-stopping when the pruner says so. Over the orders (spread evenly over the 6
-sweeps), per pruner:
+The bank (``tests/data/curve_bank``: 18 quickstart sweeps x 16 complete, unpruned trials) holds every trial's
+per-step curves. It has two halves: the sweeps of sampler seeds 0-2 (6 sweeps), on which the rungs pruner's
+settings were chosen, and those of seeds 3-8 (12 sweeps), banked afterwards and only scored: the held-out figures
+say how the choice holds on sweeps it was not made on.
+
+A replay feeds one sweep's trials, in a random order, to a real Optuna study with the pruner under test, each trial
+reporting its running objective as a sweeprl trial does (every ``pruning.report_every`` = 5 updates from the
+warm-up on: 25 % for the pruners that compare every step, ``pruning.min_steps`` = 10 for the rungs pruner, which
+judges only at its rungs; hyperband and Wilcoxon, which need early reports, from update 5) and stopping when the
+pruner says so.
+
+Per pruner, over the orders of each half (spread evenly over its sweeps):
 
 - steps saved: the share of the updates of the unpruned sweep that were not run;
 - best kept: the share of orders in which the sweep's best trial (unpruned) ran to its end;
 - regret: how far the best trial that ran to its end falls below the sweep's best, in % (mean and worst);
-- rank correlation: Spearman's rho, over a sweep's trials, between the score the pruner sees at 12.5 %, 25 %, 50 %
-  and 75 % of the updates (the latest running objective, or the best so far for Optuna's percentile pruners) and the
-  final objective, averaged over the 6 sweeps.
+- rank correlation (all sweeps): Spearman's rho, over a sweep's trials, between the score the pruner sees at
+  12.5 %, 25 %, 50 % and 75 % of the updates (the latest running objective, or the best so far for Optuna's
+  percentile pruners) and the final objective, averaged over the sweeps.
 
-Replays keep the trial sequence of the sweep: they do not show how a sampler would have proposed differently after
-a pruned trial (``bench/pruning.py`` measures live sweeps).
+A random order mixes TPE's late, good proposals among its random start-up trials; a live sweep runs the
+start-up first, and its late trials are good ones no pruner should stop, so it saves less. "As run" replays each
+TPE sweep once in the order it ran, which matched live sweeps within a few points of saving (``bench/pruning.py``).
+No replay shows how a sampler would have proposed differently after a pruned trial; live sweeps do.
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 BANK = Path(__file__).resolve().parents[1] / "tests" / "data" / "curve_bank"
 REPORT_EVERY = 5
 RHO_AT = (0.125, 0.25, 0.5, 0.75)  # fractions of the updates at which the rank correlation is measured
+TUNING_SEEDS = (0, 1, 2)  # the bank's half the rungs pruner's settings were chosen on; the rest is held out
 
 
 @dataclass
@@ -58,14 +66,19 @@ def objective_cfg():
         return compose(config_name="config", overrides=["experiment=quickstart"]).objective
 
 
-def load_bank(path: Path = BANK) -> List[List[Trial]]:
-    """Every sweep of the bank as its trials, each with its running objective at every report step."""
+def load_bank(path: Path = BANK, half: str = "all", sampler: str = "") -> List[List[Trial]]:
+    """The sweeps of the bank (``half``: all, tuning or held-out; ``sampler``: only its sweeps) as their trials,
+    each with its running objective at every report step."""
     from sweeprl.analysis.objective import ObjectiveError, compute_objective
 
     cfg = objective_cfg()
     sweeps = []
     for f in sorted(path.glob("*.json.gz")):
         data = json.loads(gzip.decompress(f.read_bytes()))
+        if half != "all" and (data["seed"] in TUNING_SEEDS) != (half == "tuning"):
+            continue
+        if sampler and data["sampler"] != sampler:
+            continue
         trials = []
         for t in data["trials"]:
             curve = t["curve"]
@@ -161,23 +174,44 @@ def pruners() -> Dict[str, tuple]:
             "hyperband",
         ),
         "wilcoxon (p 0.1)": (lambda: p.WilcoxonPruner(p_threshold=0.1), 5, "latest", "wilcoxon"),
-        "rungs (default: 0.2/0.5, eta 3)": (RungPruner, 10, "latest", "rungs"),
-        "rungs (eta 2)": (lambda: RungPruner(eta=2.0), 10, "latest", "rungs_eta2"),
-        "rungs (eta 4)": (lambda: RungPruner(eta=4.0), 10, "latest", "rungs_eta4"),
-        "rungs (margin 1 noise sd)": (lambda: RungPruner(margin=1.0), 10, "latest", "rungs_margin1"),
-        "rungs (0.125/0.5, eta 2.5)": (lambda: RungPruner(rungs=(0.125, 0.5), eta=2.5), 10, "latest", "rungs_early"),
-        "rungs (0.125/0.5, eta 2.5, min 2 trials)": (
-            lambda: RungPruner(rungs=(0.125, 0.5), eta=2.5, min_trials=2),
+        "rungs (default: 0.125/0.25/0.5, eta 2/2/3)": (RungPruner, 10, "latest", "rungs"),
+        "rungs (0.2/0.5, eta 3: the earlier default)": (
+            lambda: RungPruner(rungs=(0.2, 0.5), eta=3.0),
             10,
             "latest",
-            "rungs_early_min2",
+            "rungs_two",
         ),
+        "rungs (0.125/0.5, eta 2.5)": (lambda: RungPruner(rungs=(0.125, 0.5), eta=2.5), 10, "latest", "rungs_early"),
+        "rungs (0.125/0.25/0.5, eta 2)": (lambda: RungPruner(eta=2.0), 10, "latest", "rungs_eta2"),
+        "rungs (0.125/0.25/0.5, eta 2/2.5/3)": (lambda: RungPruner(eta=(2, 2.5, 3)), 10, "latest", "rungs_eta2_25_3"),
+        "rungs (default, margin 1 noise sd)": (lambda: RungPruner(margin=1.0), 10, "latest", "rungs_margin1"),
+        "rungs (default, min 2 trials)": (lambda: RungPruner(min_trials=2), 10, "latest", "rungs_min2"),
     }
+
+
+def replay_half(sweeps: List[List[Trial]], orders: List[List[np.ndarray]], factory: Callable, first: int) -> tuple:
+    """(steps saved, best kept, mean regret, worst regret) of one pruner over every order of every sweep."""
+    got = [replay(trials, o, factory, first) for trials, os_ in zip(sweeps, orders) for o in os_]
+    regret = np.array([g["regret"] for g in got])
+    return (
+        float(np.mean([g["saved"] for g in got])),
+        float(np.mean([g["best_kept"] for g in got])),
+        float(regret.mean()),
+        float(regret.max()),
+    )
+
+
+def summary(figures: tuple) -> str:
+    saved, kept, mean, worst = figures
+    return (
+        f"{saved:.1%} of updates saved, best trial kept in {kept:.1%} of orders, regret mean {mean:.2%} "
+        f"(worst {worst:.1%})"
+    )
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--orders", type=int, default=1000, help="trial orders in all (spread over the sweeps)")
+    ap.add_argument("--orders", type=int, default=1000, help="trial orders per half (spread over its sweeps)")
     ap.add_argument("--only", default="", help="comma-separated substrings of the pruner names to run")
     ap.add_argument("--write", action="store_true", help="update BENCHMARKS.md")
     args = ap.parse_args()
@@ -187,40 +221,48 @@ def main() -> int:
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
-    sweeps = load_bank()
-    per_sweep = -(-args.orders // len(sweeps))
+    halves = {h: load_bank(half=h) for h in ("tuning", "held-out")}
     rng = np.random.default_rng(0)
-    orders = [[rng.permutation(len(trials)) for _ in range(per_sweep)] for trials in sweeps]
-    rho = {kind: [rank_correlation(sweeps, f, kind == "best") for f in RHO_AT] for kind in ("best", "latest")}
-    print(f"{len(sweeps)} sweeps x {per_sweep} orders = {len(sweeps) * per_sweep} replays per pruner")
-    print(f"{'pruner':<36} {'saved':>6} {'best kept':>9} {'regret mean':>11} {'worst':>6}  rho@12/25/50/75%    s")
+    orders = {
+        h: [[rng.permutation(len(trials)) for _ in range(-(-args.orders // len(sweeps)))] for trials in sweeps]
+        for h, sweeps in halves.items()
+    }
+    counts = {h: sum(len(o) for o in orders[h]) for h in halves}
+    tpe = load_bank(sampler="tpe")  # in the order TPE proposed them: what a live sweep sees
+    as_run = [[np.arange(len(trials))] for trials in tpe]
+    every = [s for sweeps in halves.values() for s in sweeps]
+    rho = {kind: [rank_correlation(every, f, kind == "best") for f in RHO_AT] for kind in ("best", "latest")}
+    print(
+        ", ".join(f"{h}: {len(halves[h])} sweeps x {counts[h] // len(halves[h])} orders" for h in halves)
+        + f"; as run: the {len(tpe)} TPE sweeps in their own order (saved / best kept / regret mean / worst)"
+    )
+    print(f"{'pruner':<40} {'tuning half':>29}  {'held-out half':>29}  {'as run':>29}  rho@12/25/50/75%   s")
     rows = {}
     for name, (factory, first, kind, row) in pruners().items():
         if args.only and not any(x.strip() in name for x in args.only.split(",")):
             continue
         t0 = time.perf_counter()
-        got = [replay(trials, o, factory, first) for trials, os_ in zip(sweeps, orders) for o in os_]
-        saved = float(np.mean([g["saved"] for g in got]))
-        kept = float(np.mean([g["best_kept"] for g in got]))
-        regret = np.array([g["regret"] for g in got])
-        r = rho[kind]
-        rows[name] = (saved, kept, float(regret.mean()), float(regret.max()), row)
+        got = {h: replay_half(halves[h], orders[h], factory, first) for h in halves}
+        got["as run"] = replay_half(tpe, as_run, factory, first)
+        rows[name] = (got, row)
+        cells = [f"{g[0]:>6.1%} {g[1]:>6.1%} {g[2]:>6.2%} {g[3]:>6.1%}" for g in got.values()]
         print(
-            f"{name:<36} {saved:>6.1%} {kept:>9.1%} {regret.mean():>11.2%} {regret.max():>6.1%}  "
-            f"{'/'.join(f'{x:.2f}' for x in r)}  {time.perf_counter() - t0:4.0f}"
+            f"{name:<40} {cells[0]:>29}  {cells[1]:>29}  {cells[2]:>29}  {'/'.join(f'{x:.2f}' for x in rho[kind])}  "
+            f"{time.perf_counter() - t0:4.0f}"
         )
     if args.write:
         from benchmarks_md import update_row
 
-        for name, (saved, kept, mean, worst, row) in rows.items():
+        for name, (got, row) in rows.items():
             if not row:
                 continue
             update_row(
                 f"pruner_replay_{row}",
-                f"pruner replay over the curve bank: {name} ({len(sweeps) * per_sweep} trial orders)",
+                f"pruner replay over the curve bank: {name} (held-out half: {len(halves['held-out'])} sweeps, "
+                f"{counts['held-out']} trial orders; tuning half: {len(halves['tuning'])} sweeps, {counts['tuning']})",
                 "no pruner: 0 % saved, best kept in 100 % of orders",
-                f"{saved:.1%} of updates saved, best trial kept in {kept:.1%} of orders, regret mean {mean:.2%} "
-                f"(worst {worst:.1%})",
+                f"held-out: {summary(got['held-out'])}; tuning: {summary(got['tuning'])}; the {len(tpe)} TPE sweeps "
+                f"as they ran: {summary(got['as run'])}",
             )
     return 0
 

@@ -47,6 +47,18 @@ def test_a_trial_is_judged_at_its_rungs_on_its_latest_value_not_its_best():
     )
 
 
+def test_each_rung_keeps_its_own_share():
+    # rungs given out of order are paired with their eta: keep the top half at 0.2, the top quarter at 0.5
+    study = optuna.create_study(direction="maximize", pruner=RungPruner(rungs=[0.5, 0.2], eta=[4, 2], min_trials=3))
+    steps = range(10, 101, 10)
+    for level in (0.1, 0.2, 0.3, 0.4, 0.5):
+        assert run_trial(study, {s: level for s in steps}) is None
+    assert run_trial(study, {s: 0.38 for s in steps}) == 50  # in the top half at 20, not in the top quarter at 50
+    assert "the top 1/4 of the 5 other trials" in study.pruner.last_reason
+    assert run_trial(study, {s: 0.25 for s in steps}) == 20  # below the top half at 20
+    assert "the top 1/2 of the 6 other trials" in study.pruner.last_reason
+
+
 def test_minimize_min_trials_and_the_length_from_completed_trials():
     study = optuna.create_study(direction="minimize", pruner=RungPruner(rungs=[0.5], eta=2, min_trials=2))
     curve = {s: 1.0 for s in range(10, 101, 10)}
@@ -60,7 +72,17 @@ def test_minimize_min_trials_and_the_length_from_completed_trials():
 
 
 @pytest.mark.parametrize(
-    "kwargs", [{"rungs": [0.0]}, {"rungs": [1.5]}, {"rungs": []}, {"eta": 1.0}, {"window": 1}, {"max_resource": 0}]
+    "kwargs",
+    [
+        {"rungs": [0.0]},
+        {"rungs": [1.5]},
+        {"rungs": []},
+        {"eta": 1.0},
+        {"eta": [2.0]},  # one per rung, and there are two
+        {"eta": [2.0, 1.0]},
+        {"window": 1},
+        {"max_resource": 0},
+    ],
 )
 def test_bad_arguments_say_what_is_allowed(kwargs):
     with pytest.raises(ValueError):
@@ -68,22 +90,24 @@ def test_bad_arguments_say_what_is_allowed(kwargs):
 
 
 def test_the_pruner_on_the_curve_bank():
-    """Replays of the 6 banked quickstart sweeps in 20 random orders each: the figures measured with 1000 orders
-    (BENCHMARKS.md rows pruner_replay_*) within a margin for the smaller sample."""
+    """Replays of the 18 banked quickstart sweeps in 20 random orders each: the figures measured with 1000 orders
+    per half (BENCHMARKS.md rows pruner_replay_*) within a margin for the smaller sample."""
     sweeps = pruner_replay.load_bank()
+    assert len(sweeps) == 18 and len(pruner_replay.load_bank(half="held-out")) == 12
     rng = np.random.default_rng(0)
-    got = [
-        pruner_replay.replay(trials, rng.permutation(len(trials)), RungPruner, 10)
-        for trials in sweeps
-        for _ in range(20)
-    ]
-    saved = np.mean([g["saved"] for g in got])
-    kept = np.mean([g["best_kept"] for g in got])
-    regret = np.mean([g["regret"] for g in got])
-    assert 0.38 <= saved <= 0.55, saved
-    assert kept >= 0.85 and regret <= 0.03, (kept, regret)
-    median = [pruner_replay.replay(t, np.arange(len(t)), optuna.pruners.MedianPruner, 20) for t in sweeps]
-    assert np.mean([g["saved"] for g in median]) < saved  # what the default gives up
+    orders = [(trials, rng.permutation(len(trials))) for trials in sweeps for _ in range(20)]
+
+    def figures(factory, first=10):
+        got = [pruner_replay.replay(trials, order, factory, first) for trials, order in orders]
+        return [float(np.mean([g[k] for g in got])) for k in ("saved", "best_kept", "regret")]
+
+    saved, kept, regret = figures(RungPruner)
+    assert 0.46 <= saved <= 0.56, saved
+    assert kept >= 0.84 and regret <= 0.015, (kept, regret)
+    earlier = figures(lambda: RungPruner(rungs=(0.2, 0.5), eta=3.0))  # the two-rung setting it replaced
+    assert earlier[0] < saved - 0.03 and earlier[1] >= kept
+    median = figures(optuna.pruners.MedianPruner, 20)
+    assert median[0] < saved - 0.1  # what Optuna's default gives up
 
 
 def test_the_pruning_summary_counts_the_updates_an_unpruned_sweep_would_have_run():

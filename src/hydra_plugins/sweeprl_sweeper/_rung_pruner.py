@@ -29,7 +29,8 @@ class RungPruner(BasePruner):
 
     Args:
         rungs: the fractions of a trial's length at which it is judged (its first report at or after each).
-        eta: keep a trial when its value is above the ``1 - 1/eta`` quantile of the others at the rung.
+        eta: keep a trial when its value is above the ``1 - 1/eta`` quantile of the others at the rung; one number
+            for every rung, or one per rung (e.g. keep the top half at the early rungs, the top third later).
         margin: the allowance, in units of the trial's own noise (the spread of its last ``window`` reported values
             around their trend), added to its value before the comparison.
         window: how many of the trial's latest reports estimate that noise.
@@ -40,23 +41,31 @@ class RungPruner(BasePruner):
 
     def __init__(
         self,
-        rungs: Sequence[float] = (0.2, 0.5),
-        eta: float = 3.0,
+        rungs: Sequence[float] = (0.125, 0.25, 0.5),
+        eta: Union[float, Sequence[float]] = (2.0, 2.0, 3.0),
         margin: float = 0.0,
         window: int = 4,
         min_trials: int = 3,
         max_resource: Union[int, str] = "auto",
     ) -> None:
-        rungs = sorted(float(r) for r in rungs)
+        rungs = [float(r) for r in rungs]
         if not rungs or not all(0.0 < r < 1.0 for r in rungs):
             raise ValueError(f"rungs must be fractions in (0, 1), got {list(rungs)}")
-        if eta <= 1.0:
-            raise ValueError(f"eta must be > 1 (keep the top 1/eta), got {eta}")
+        etas = (
+            [float(e) for e in eta]
+            if isinstance(eta, Sequence) and not isinstance(eta, str)
+            else [float(eta)] * len(rungs)
+        )
+        if len(etas) != len(rungs) or not all(e > 1.0 for e in etas):
+            raise ValueError(
+                f"eta must be > 1 (keep the top 1/eta): one number, or one per rung ({len(rungs)}), got {eta!r}"
+            )
         if margin < 0 or window < 2 or min_trials < 1:
             raise ValueError("margin must be >= 0, window >= 2 and min_trials >= 1")
         if max_resource != "auto" and (not isinstance(max_resource, int) or max_resource < 1):
             raise ValueError(f"max_resource must be a positive int or 'auto', got {max_resource!r}")
-        self.rungs, self.eta, self.margin = rungs, float(eta), float(margin)
+        rungs, etas = map(list, zip(*sorted(zip(rungs, etas))))
+        self.rungs, self.etas, self.margin = rungs, etas, float(margin)
         self.last_reason = ""  # why the last trial this pruner stopped was stopped (for the trial's log)
         self.window, self.min_trials, self.max_resource = int(window), int(min_trials), max_resource
 
@@ -68,7 +77,7 @@ class RungPruner(BasePruner):
         reached = [math.ceil(r * length) for r in self.rungs if math.ceil(r * length) <= step]
         if not reached:
             return False
-        rung = reached[-1]
+        rung, eta = reached[-1], self.etas[len(reached) - 1]
         if _report_at(trial.intermediate_values, rung) != step:
             return False  # judged once per rung: at the first report at or after it
         peers = [
@@ -87,7 +96,7 @@ class RungPruner(BasePruner):
             return True
         sign = 1.0 if study.direction == StudyDirection.MAXIMIZE else -1.0
         ranked = sorted(sign * v for v in peers)
-        cut = _quantile(ranked, 1.0 - 1.0 / self.eta)
+        cut = _quantile(ranked, 1.0 - 1.0 / eta)
         allowance = self.margin * noise(trial.intermediate_values, step, self.window)
         if sign * value + allowance >= cut:
             return False
@@ -95,7 +104,7 @@ class RungPruner(BasePruner):
         self.last_reason = (
             f"at update {step} (the {fraction:g} rung of {length}) its value {value:.4g}"
             + (f" (+{allowance:.3g} for its noise)" if allowance else "")
-            + f" is worse than the cut {sign * cut:.4g}, the top 1/{self.eta:g} of the {len(peers)} other trials there"
+            + f" is worse than the cut {sign * cut:.4g}, the top 1/{eta:g} of the {len(peers)} other trials there"
         )
         return True
 

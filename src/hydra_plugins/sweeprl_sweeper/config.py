@@ -201,8 +201,9 @@ class RungPrunerConfig:
     (hydra_plugins.sweeprl_sweeper.rung_pruner)."""
 
     _target_: str = "hydra_plugins.sweeprl_sweeper.rung_pruner.RungPruner"
-    rungs: List[float] = field(default_factory=lambda: [0.2, 0.5])
-    eta: float = 3.0
+    rungs: List[float] = field(default_factory=lambda: [0.125, 0.25, 0.5])
+    # keep the top 1/eta at each rung: one number, or a list with one per rung
+    eta: Any = field(default_factory=lambda: [2.0, 2.0, 3.0])
     margin: float = 0.0
     window: int = 4
     min_trials: int = 3
