@@ -419,9 +419,7 @@ def normalise(rows: Iterable[Dict[str, Any]]) -> Log:
     # per-epoch logs are stepped by their epoch; a fractional epoch is a step's progress through the data (TRL's
     # console dicts), so those rows are counted instead
     by_epoch = (
-        stepless
-        and all(e is not None and float(e).is_integer() for e in epochs)
-        and len(set(epochs)) == len(epochs)
+        stepless and all(e is not None and float(e).is_integer() for e in epochs) and len(set(epochs)) == len(epochs)
     )
     train: Dict[float, Dict[str, float]] = {}
     evals: Dict[float, Dict[str, float]] = {}
