@@ -63,6 +63,7 @@ BLIND = {
     "blind4": ("69562fa", "recall 100% of 3, quiet on 62% of 8, 0.36 false alarms/run, LR against 2"),
     "blind5": ("9399ac9", "recall 57% of 14, quiet on 92% of 13, 0.15 false alarms/run, LR against 1, 97% read"),
     "blind6": ("ee3deee", "recall 75% of 8, quiet on 50% of 2, 0.40 false alarms/run, LR against 1, 100% read"),
+    "blind7": ("1166796", "recall 33% of 3, quiet on 100% of 3, 0.17 false alarms/run, LR against 0, 100% read"),
 }
 BATCHES = ("seed", *BLIND)
 
