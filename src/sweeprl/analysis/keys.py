@@ -207,3 +207,28 @@ READ = {
     *PREFERENCE,
     "learning_rate",
 }
+
+
+EVAL_PREFIXES = ("eval_", "eval/", "val/", "val_", "val-core/", "val-aux/", "test/", "validation/")
+
+
+def unprefixed(name: str) -> str:
+    """The name without an evaluation prefix (``eval_reward`` -> ``reward``)."""
+    return next((name[len(p) :] for p in EVAL_PREFIXES if name.startswith(p)), name)
+
+
+def canonical(name: str) -> str:
+    """sweeprl's name for a column: the vocabulary's, after a ``train/`` (or, for a name the vocabulary knows
+    without it, ``train_``) prefix is removed."""
+    if name.startswith("train/") and name != "train/global_step":
+        name = name[len("train/") :]
+    if name.startswith("train_") and name[len("train_") :] in ALIASES:
+        name = name[len("train_") :]
+    if name not in ALIASES and name.lower() in ALIASES | {k: k for k in READ}:
+        name = name.lower()  # ``KL``, ``Reward``
+    for suffix in ("_avg", "_mean", "_average"):  # ``rewards_avg``, ``kl_mean``: the averaged quantity itself
+        stem = name[: -len(suffix)]
+        if name.endswith(suffix) and name not in ALIASES and name not in READ and stem:
+            if stem in ALIASES or stem in READ:
+                name = stem
+    return ALIASES.get(name, name)

@@ -21,19 +21,18 @@ row (``train_runtime``) is dropped. Names are mapped with :data:`sweeprl.analysi
 
 from __future__ import annotations
 
-import ast
 import csv
 import io
 import json
 import math
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
-from sweeprl.analysis import keys
+from sweeprl.analysis import console_text, keys
+from sweeprl.analysis.console_text import flatten, number, score
+from sweeprl.analysis.keys import EVAL_PREFIXES, canonical
 
-EVAL_PREFIXES = ("eval_", "eval/", "val/", "val_", "val-core/", "val-aux/", "test/", "validation/")
 #: ``val/`` names that are TRL's PPO value-head statistics of the training batch, not validation
 VALUE_HEAD = (
     "val/explained_var",
@@ -79,209 +78,6 @@ class Log:
 
 
 # ------------------------------------------------------------------------------------------ parsing
-def _flatten(record: Dict[str, Any], prefix: str = "") -> Dict[str, Any]:
-    out: Dict[str, Any] = {}
-    for k, v in record.items():
-        if isinstance(v, dict):
-            inner = _flatten(v, "" if prefix == "" and k in ("data", "metrics") else f"{prefix}{k}/")
-            for ik, iv in inner.items():
-                out.setdefault(ik, iv)
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
-
-
-_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-_WRAPPED = re.compile(r"\b(?:np\.float\d*|np\.int\d*|numpy\.float\d*|tensor|float)\(\s*([^(),\[\]]+?)\s*(?:,[^()]*)?\)")
-_NUMBER = r"-?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+)|-?nan|-?inf|NaN"
-
-
-def _clean(text: str) -> str:
-    """Console text without colour codes, with ``np.float64(0.5)`` / ``tensor(0.5, ...)`` as plain numbers."""
-    return _WRAPPED.sub(r"\1", _ANSI.sub("", text))
-
-
-def _dict_lines(text: str) -> List[Dict[str, Any]]:
-    """Python/JSON dict literals printed on one line (``{'loss': 0.5, 'grad_norm': 1.2, ...}``), also inside
-    progress-bar text."""
-    rows = []
-    for m in re.finditer(r"\{[^{}\n]*\}", text):
-        chunk = m.group(0)
-        if ":" not in chunk:
-            continue
-        try:  # a printed Python dict: nan and inf are bare words there
-            bare = re.sub(
-                r"\b(-?)(nan|inf)\b", lambda g: "None" if g.group(2) == "nan" else f"{g.group(1)}1e999", chunk
-            )
-            value, missing = ast.literal_eval(bare), float("nan")
-        except (ValueError, SyntaxError):
-            try:  # a JSON object: null is a value that was not logged
-                value, missing = json.loads(chunk), None
-            except ValueError:
-                continue
-        if isinstance(value, dict) and value and all(isinstance(k, str) for k in value):
-            rows.append({k: (missing if v is None else v) for k, v in value.items() if v is not None or missing})
-    known = [r for r in rows if any(canonical(_unprefixed(k)) in keys.READ for k in r)]
-    return known or rows  # a printed config dict (vLLM's) among the metric dicts is no step
-
-
-def _unprefixed(name: str) -> str:
-    """The name without an evaluation prefix (``eval_reward`` -> ``reward``)."""
-    return next((name[len(p) :] for p in EVAL_PREFIXES if name.startswith(p)), name)
-
-
-_PAIR = re.compile(rf"([A-Za-z_][\w./@-]*)\s*[:=]\s*({_NUMBER})(?![\w.])")
-
-
-def _pair_lines(text: str) -> List[Dict[str, Any]]:
-    """verl's ``step:3 - actor/entropy:0.51 - ...`` lines and other ``key: value`` / ``key=value`` lines that
-    name a step; a line needs a step and at least two other numbers."""
-    rows = []
-    for line in text.splitlines():
-        pairs = {k: float(v) for k, v in _PAIR.findall(line)}
-        if len(pairs) >= 3 and any(k in pairs for k in keys.STEP_KEYS):
-            rows.append(pairs)
-    return rows
-
-
-_PHRASE = re.compile(rf"^\s*([A-Za-z][A-Za-z _/()-]*?)\s*[:=]?\s+({_NUMBER})\s*[A-Za-z%/]*\s*$")
-_OF = re.compile(r"\((\d+)/(\d+)\)|\[(\d+)/(\d+)\]")
-
-
-def _phrase_lines(text: str) -> List[Dict[str, Any]]:
-    """Comma-separated ``Name words: value`` lines of hand-written loops and mlx (``Iter 31: Train loss 0.002,
-    Chosen reward -5.4, ...``; ``Epoch:[1/1](12/9751), Reward: -2.3, KL_ref: 0.01``): names lower-cased with
-    ``_``; the step is an ``Iter``/``Step`` number, else the last ``(i/n)`` counter of the line."""
-    rows = []
-    for line in text.splitlines():
-        pieces = [p for p in re.split(r",\s*|\s+\|\s+|;\s*|:\s+(?=[A-Z][a-z])", line) if p.strip()]
-        row: Dict[str, Any] = {}
-        for piece in pieces:
-            m = _PHRASE.match(piece.replace(":", " ", 1) if ":" in piece else piece)
-            if m:
-                row.setdefault(re.sub(r"[\s/()-]+", "_", m.group(1).strip().lower()).strip("_"), float(m.group(2)))
-        if not any(k in row for k in keys.STEP_KEYS):
-            counters = _OF.findall(line)
-            if counters:
-                last = counters[-1]
-                row["step"] = float(last[0] or last[2])
-        if len(row) >= 3 and any(k in row for k in keys.STEP_KEYS):
-            rows.append(row)
-    return rows
-
-
-_STEP_HEAD = re.compile(r"(?:^|[\s|,\[])(?:step|iter(?:ation)?)\s*[:=]?\s*(\d+)\b\]?", re.I)
-_LIST = re.compile(r"(?<![\w.])([A-Za-z_][\w./ -]*?)\s*[:=]\s*(?:tensor\()?\[([-+0-9.eE, naif]+)\]")
-
-
-def _step_head(line: str) -> Optional[re.Match]:
-    """The line's step counter: a ``step`` one before an ``iter``/``iteration`` one, and never an outer loop of
-    one (``Iteration 1/1, Step 3/500``)."""
-    found = [m for m in _STEP_HEAD.finditer(line) if not re.match(r"\s*/\s*1\b", line[m.end() :])]
-    return next((m for m in found if "step" in m.group(0).lower()), found[0] if found else None)
-
-
-def _step_blocks(text: str) -> List[Dict[str, Any]]:
-    """Logs that print ``Step N`` (or ``[step N]``, ``epoch: 0|step: 12|...``) and then the step's values, on the
-    same line or the lines after it, as ``key=value`` / ``key: value`` pairs or ``Rewards: [r1, r2, ...]`` lists
-    (a list gives its mean and, as ``<key>_std``, its spread; ``tensor([...])`` too). A log that never prints a
-    step counter (simple_GRPO's ``rewards: tensor([...])`` lines) gets one record per line with a list."""
-    rows: List[Dict[str, Any]] = []
-    row: Optional[Dict[str, Any]] = None
-    lines = text.splitlines()
-    heads = [_step_head(line) for line in lines]
-    stepless = not any(heads)
-    # a loop that prints a step's values before its step line ("Average Reward: 0.7" then "Step 1/500, loss: 0"):
-    # the values between two step lines belong to the next one
-    first_head = next((i for i, h in enumerate(heads) if h), len(lines))
-    before = any(
-        canonical(name) in keys.READ
-        for line in lines[max(0, first_head - 3) : first_head]
-        for name, _ in _PAIR.findall(line)
-    )  # a known metric just above the first step line
-    pending: Dict[str, Any] = {}
-    for line, head in zip(lines, heads):
-        if stepless and _LIST.search(line):
-            row = {"step": float(len(rows) + 1)}
-            rows.append(row)
-        elif head:
-            row = {"step": float(head.group(1)), **pending}
-            pending = {}
-            rows.append(row)
-            line = line[: head.start()] + " " + line[head.end() :]
-        elif before:
-            for name, value in _PAIR.findall(line):
-                pending.setdefault(name, float(value))
-            continue
-        if row is None:
-            continue
-        for name, values in _LIST.findall(line):
-            nums = [x for x in (_number(v) for v in values.split(",")) if x is not None]
-            if nums:
-                key = re.sub(r"\s+", "_", name.strip().lower())
-                mean = sum(nums) / len(nums)
-                row[key] = mean
-                row[f"{key}_std"] = math.sqrt(sum((x - mean) ** 2 for x in nums) / len(nums))
-        for name, value in _PAIR.findall(_LIST.sub("", line)):
-            row.setdefault(name, float(value))
-    return [r for r in rows if len(r) >= 2]
-
-
-_RULE = re.compile(r"^\W*[-=_*]{10,}(?:\\n)?\W*$", re.M)  # a rule line, also as a notebook's JSON string
-
-
-def _separated_blocks(text: str) -> List[Dict[str, Any]]:
-    """A loop that prints each step's ``key: value`` lines without a step counter, the steps separated by a rule
-    (``-----``; TRL's old PPO notebooks): one record per block, numbered in order (at least 3 blocks)."""
-    blocks = [dict((k, float(v)) for k, v in _PAIR.findall(b)) for b in _RULE.split(text)]
-    shapes = [frozenset(b) for b in blocks if len(b) >= 2]
-    if not shapes:
-        return []
-    stats = max(set(shapes), key=shapes.count)  # what each step prints; the first block also holds the set-up's
-    steps = [{k: b[k] for k in stats} for b in blocks if stats <= b.keys()]
-    return [{"step": float(i + 1), **b} for i, b in enumerate(steps)] if len(steps) >= 3 else []
-
-
-def _split_cells(line: str) -> List[str]:
-    return [c.strip() for c in re.split(r"\t|\s*\|\s*|\s{2,}", line.strip().strip("|")) if c.strip()]
-
-
-def _table_lines(text: str) -> List[Dict[str, Any]]:
-    """A whitespace, tab or ``|`` separated table whose header has a ``Step`` column, or starts with ``Epoch`` (the
-    trainer table Jupyter shows, as in Unsloth's notebooks, also as HTML ``<tr>`` rows; a markdown table): one row
-    per line of numbers under it. In the HF Trainer's table the columns after ``Validation Loss`` are evaluation
-    metrics. A notebook often shows several (an SFT warm-up, then the RL run): the one with the most known metrics
-    wins."""
-    if "<tr" in text:  # an HTML table: one line per row, cells tab-separated
-        text = "\n".join(
-            "\t".join(re.sub(r"<[^>]+>", "", c).strip() for c in re.findall(r"<t[hd][^>]*>(.*?)</t[hd]>", tr, re.S))
-            for tr in re.findall(r"<tr[^>]*>(.*?)</tr>", text, re.S)
-        )
-    lines = [ln for ln in text.splitlines() if ln.strip()]
-    tables: List[List[Dict[str, Any]]] = []
-    for i, ln in enumerate(lines):
-        cells = _split_cells(ln)
-        lower = [c.lower() for c in cells]
-        if len(cells) >= 2 and ("step" in lower or lower[0] == "epoch"):  # per-epoch tables count epochs
-            header = [re.sub(r"\s*/\s*", "/", c).replace(" ", "_") for c in lower]
-            header = ["loss" if h == "training_loss" else "eval_loss" if h == "validation_loss" else h for h in header]
-            if "eval_loss" in header:  # the HF Trainer's table: the metrics after Validation Loss are evaluation's
-                first = header.index("eval_loss") + 1
-                header = header[:first] + [f"eval_{h}" for h in header[first:]]
-            rows: List[Dict[str, float]] = []
-            for row in lines[i + 1 :]:
-                vals = _split_cells(row) if "\t" in row or "|" in row else row.split()
-                nums = [_number(c) for c in vals]
-                if len(nums) != len(header) or nums[0] is None:
-                    if rows:
-                        break
-                    continue
-                rows.append({h: x for h, x in zip(header, nums) if x is not None})  # "No Log" cells: no value
-            if rows:
-                tables.append(rows)
-    return max(tables, key=_score, default=[])
-
-
 def _json_candidates(text: str) -> List[Tuple[List[Dict[str, Any]], str]]:
     try:
         whole = json.loads(text)
@@ -293,7 +89,7 @@ def _json_candidates(text: str) -> List[Tuple[List[Dict[str, Any]], str]]:
         if isinstance(whole.get("log_history"), list):
             return [(whole["log_history"], "trainer_state")]
         columns = {
-            k: v for k, v in whole.items() if isinstance(v, list) and v and all(_number(x) is not None for x in v)
+            k: v for k, v in whole.items() if isinstance(v, list) and v and all(number(x) is not None for x in v)
         }
         if len(columns) >= 2 and len({len(v) for v in columns.values()}) == 1:  # {"reward": [...], "kl": [...]}
             n = len(next(iter(columns.values())))
@@ -318,12 +114,6 @@ def _json_candidates(text: str) -> List[Tuple[List[Dict[str, Any]], str]]:
     return [(rows, "jsonl")] if len(rows) >= 2 and bad <= 0.2 * len(rows) else []
 
 
-def _score(rows: List[Dict[str, Any]]) -> int:
-    """Values of metrics sweeprl reads, over all records: how well a reading of the file fits (a reading that
-    finds more steps but fewer metrics per step loses to the richer one)."""
-    return sum(sum(canonical(k) in keys.READ and canonical(k) != "learning_rate" for k in _flatten(r)) for r in rows)
-
-
 def parse(path: Path) -> Tuple[List[Dict[str, Any]], str]:
     """Raw records of a log file and the name of its format: every reading that fits is tried and the one with
     the most records of known metrics wins. :class:`LogFormatError` when none has any."""
@@ -337,19 +127,11 @@ def parse(path: Path) -> Tuple[List[Dict[str, Any]], str]:
     ):
         rows = list(csv.DictReader(io.StringIO(text), delimiter="\t" if path.suffix.lower() == ".tsv" else ","))
         candidates.append((rows, "csv"))
-    if not any(_score(rows) for rows, _ in candidates):
-        clean = _clean(text)
-        for reader, name in (
-            (_dict_lines, "console_dicts"),
-            (_pair_lines, "console_pairs"),
-            (_phrase_lines, "console_phrases"),
-            (_step_blocks, "console_steps"),
-            (_separated_blocks, "console_blocks"),
-            (_table_lines, "table"),
-        ):
-            candidates.append((reader(clean), name))
-    best = max(candidates, key=lambda c: _score(c[0]), default=None)
-    if best is None or _score(best[0]) == 0:
+    if not any(score(rows) for rows, _ in candidates):
+        clean = console_text.clean(text)
+        candidates += [(reader(clean), name) for reader, name in console_text.READERS]
+    best = max(candidates, key=lambda c: score(c[0]), default=None)
+    if best is None or score(best[0]) == 0:
         raise LogFormatError(
             f"{path}: no per-step records of known metrics found (read as trainer_state.json, JSON list, JSON "
             "Lines, CSV, printed {'loss': ...} dicts, 'step:N - key:value' lines, 'Name: value, ...' lines and a "
@@ -359,15 +141,6 @@ def parse(path: Path) -> Tuple[List[Dict[str, Any]], str]:
 
 
 # ------------------------------------------------------------------------------------------ normalising
-def _number(value: Any) -> Optional[float]:
-    if isinstance(value, bool):
-        return None
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return None
-
-
 def _is_eval(raw: Dict[str, Any]) -> bool:
     mark = next((raw[k] for k in ("phase", "split", "mode") if isinstance(raw.get(k), str)), None)
     return mark is not None and mark.strip().lower() in EVAL_MARKS
@@ -375,27 +148,10 @@ def _is_eval(raw: Dict[str, Any]) -> bool:
 
 def _step_of(raw: Dict[str, Any], index: int) -> float:
     for k in keys.STEP_KEYS:
-        v = _number(raw.get(k))
+        v = number(raw.get(k))
         if v is not None and math.isfinite(v):
             return v
     return float(index + 1)  # a row without a counter in a log that has them: its position
-
-
-def canonical(name: str) -> str:
-    """sweeprl's name for a column: the vocabulary's, after a ``train/`` (or, for a name the vocabulary knows
-    without it, ``train_``) prefix is removed."""
-    if name.startswith("train/") and name != "train/global_step":
-        name = name[len("train/") :]
-    if name.startswith("train_") and name[len("train_") :] in keys.ALIASES:
-        name = name[len("train_") :]
-    if name not in keys.ALIASES and name.lower() in keys.ALIASES | {k: k for k in keys.READ}:
-        name = name.lower()  # ``KL``, ``Reward``
-    for suffix in ("_avg", "_mean", "_average"):  # ``rewards_avg``, ``kl_mean``: the averaged quantity itself
-        stem = name[: -len(suffix)]
-        if name.endswith(suffix) and name not in keys.ALIASES and name not in keys.READ and stem:
-            if stem in keys.ALIASES or stem in keys.READ:
-                name = stem
-    return keys.ALIASES.get(name, name)
 
 
 def _never_computed(records: Iterable[Dict[str, float]]) -> set:
@@ -412,10 +168,10 @@ def _never_computed(records: Iterable[Dict[str, float]]) -> set:
 def normalise(rows: Iterable[Dict[str, Any]]) -> Log:
     """Train and eval records (numeric fields, sweeprl's names, a ``step`` each, merged per step) and what was
     used and ignored."""
-    rows = [_flatten(r) for r in rows]
+    rows = [flatten(r) for r in rows]
     rows = [r for r in rows if not any(k in r for k in SUMMARY_KEYS)]
-    stepless = not any(_number(r.get(k)) is not None for r in rows for k in keys.STEP_KEYS)
-    epochs = [_number(r.get("epoch")) for r in rows]
+    stepless = not any(number(r.get(k)) is not None for r in rows for k in keys.STEP_KEYS)
+    epochs = [number(r.get("epoch")) for r in rows]
     # per-epoch logs are stepped by their epoch; a fractional epoch is a step's progress through the data (TRL's
     # console dicts), so those rows are counted instead
     by_epoch = (
@@ -427,7 +183,7 @@ def normalise(rows: Iterable[Dict[str, Any]]) -> Log:
     names = {k for r in rows for k in r}
     position = 0  # train rows so far: the step of a log without step counters (eval rows take the last one's)
     for i, raw in enumerate(rows):
-        metrics = [k for k, x in raw.items() if _number(x) is not None and k not in keys.STEP_KEYS and k != "epoch"]
+        metrics = [k for k, x in raw.items() if number(x) is not None and k not in keys.STEP_KEYS and k != "epoch"]
         whole_eval = _is_eval(raw) or bool(metrics) and all(k.startswith(EVAL_PREFIXES) for k in metrics)
         position += 0 if whole_eval else 1
         if by_epoch:
@@ -437,7 +193,7 @@ def normalise(rows: Iterable[Dict[str, Any]]) -> Log:
         else:
             step = _step_of(raw, i)
         for name, value in raw.items():
-            num = _number(value)
+            num = number(value)
             if num is None or name in keys.STEP_KEYS:
                 continue
             to_eval = whole_eval
