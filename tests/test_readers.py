@@ -61,6 +61,24 @@ def test_verl_console_with_colour_codes_and_numpy_wrappers(tmp_path):
     assert infer_algo(log.train) == "grpo"  # critic-free, a per-token KL
 
 
+def test_a_logger_line_per_step_without_a_step_number_and_totals_over_a_count(tmp_path):
+    """A hand-written loop's logger prints the same ``key: value, ...`` set each step, with a dict of totals; the
+    example completions printed between (their own one-sample ``reward`` dicts) are not steps."""
+    lines = []
+    for i, (total, entropy) in enumerate([(144.0, 0.82), (112.0, 0.53), (60.0, 2.4), (3.0, 7.1)]):
+        lines.append(
+            f"2025-09-25 04:0{i}:16,956 - train - INFO - rl_loss: 0.00{i}, time: 109.8, token_entropy: {entropy}, "
+            f"reward_data: {{'total_num': 256, 'total_reward': {total}, 'total_format_reward': 241.0}}, "
+            f"metadata: {{'clamped_at_min_count': tensor(0.28, device='cuda:0')}}"
+        )
+        lines.append(f"2025-09-25 04:0{i}:17,000 - train - INFO - reward: {{'format_reward': 1.0, 'reward': 0.0}}")
+    log = readers.read(write(tmp_path, "train.log", "\n".join(lines) + "\n"))
+    assert log.format == "console_pairs" and [r["step"] for r in log.train] == [1, 2, 3, 4]
+    assert [round(r["reward"], 4) for r in log.train] == [0.5625, 0.4375, 0.2344, 0.0117]
+    assert log.train[3]["entropy"] == 7.1 and log.train[0]["loss"] == 0.0
+    assert log.train[0]["metadata/clamped_at_min_count"] == 0.28
+
+
 def test_verl_jsonl_with_a_nested_data_dict(tmp_path):
     rows = [
         {"step": i, "data": {"critic/score/mean": 0.1 * i, "actor/entropy": 0.5, "critic/vf_loss": 1.0}} for i in (1, 2)

@@ -84,15 +84,47 @@ def dict_lines(text: str) -> List[Dict[str, Any]]:
 _PAIR = re.compile(rf"([A-Za-z_][\w./@-]*)\s*[:=]\s*({_NUMBER})(?![\w.])")
 
 
+_DICT_PAIR = re.compile(r"([A-Za-z_][\w./@-]*)\s*:\s*(\{[^{}\n]*\})")
+
+
+def _inline_dicts(line: str) -> Dict[str, float]:
+    """``name: {'a': 1, ...}`` dicts printed inside a line, as ``name/a`` values; a dict of totals with a count
+    (``{'total_num': 256, 'total_reward': 144.0}``) also gives each total's mean under its own name (``reward``)."""
+    out: Dict[str, float] = {}
+    for name, chunk in _DICT_PAIR.findall(line):
+        try:
+            value = ast.literal_eval(chunk)
+        except (ValueError, SyntaxError):
+            continue
+        if not isinstance(value, dict):
+            continue
+        nums = {str(k): float(v) for k, v in value.items() if number(v) is not None}
+        out.update({f"{name}/{k}": v for k, v in nums.items()})
+        count = nums.get("total_num")
+        for k, v in nums.items():
+            if count and k.startswith("total_") and k != "total_num":
+                out.setdefault(k[len("total_") :], v / count)
+    return out
+
+
 def pair_lines(text: str) -> List[Dict[str, Any]]:
     """verl's ``step:3 - actor/entropy:0.51 - ...`` lines and other ``key: value`` / ``key=value`` lines that
-    name a step; a line needs a step and at least two other numbers."""
-    rows = []
+    name a step; a line needs a step and at least two other numbers. A log whose lines never name a step but print
+    the same ``key: value, ...`` set each step (a hand-written loop's logger; dicts in the line are read too) gets
+    one record per such line, numbered in order (at least 3 of them)."""
+    rows, stepless = [], []
     for line in text.splitlines():
-        pairs = {k: float(v) for k, v in _PAIR.findall(line)}
+        pairs = {k: float(v) for k, v in _PAIR.findall(_DICT_PAIR.sub("", line))}
         if len(pairs) >= 3 and any(k in pairs for k in keys.STEP_KEYS):
             rows.append(pairs)
-    return rows
+        elif len(pairs) >= 3:
+            stepless.append({**pairs, **_inline_dicts(line)})
+    if rows or len(stepless) < 3:
+        return rows
+    shapes = [frozenset(r) for r in stepless]
+    common = max(set(shapes), key=shapes.count)  # what each step prints
+    steps = [r for r, shape in zip(stepless, shapes) if shape == common]
+    return [{"step": float(i + 1), **r} for i, r in enumerate(steps)] if len(steps) >= 3 else []
 
 
 _PHRASE = re.compile(rf"^\s*([A-Za-z][A-Za-z _/()-]*?)\s*[:=]?\s+({_NUMBER})\s*[A-Za-z%/]*\s*$")

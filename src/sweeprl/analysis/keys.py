@@ -145,6 +145,7 @@ VOCABULARY = (
     ("custom", "reward_std_mean", "reward_std"),
     ("custom", "rewards_std", "reward_std"),
     ("custom", "token_entropy", "entropy"),
+    ("custom", "rl_loss", "loss"),
     ("custom", "dist_entropy", "entropy"),  # the PPO/A2C reference implementations' name
     ("custom", "action_loss", "loss"),
     # DeepSpeed-Chat step 3 (``epoch: 0|step: 12|ppo_ep: 1|act_loss: ...|cri_loss: ...``, ``average reward score``)

@@ -7,8 +7,8 @@ Formats, told apart by content (not by file name alone):
   records — nested dicts (verl's ``{"step": 3, "data": {...}}``) are flattened with ``/``;
 - CSV exports (experiment trackers, hand-written loops);
 - console logs: the ``{'loss': 0.1, ...}`` dicts the HF Trainer prints (TRL, Unsloth, LLaMA-Factory), verl's
-  ``step:3 - actor/entropy:0.51 - critic/score/mean:0.4`` lines, and ``key: value`` / ``key=value`` lines with
-  a step.
+  ``step:3 - actor/entropy:0.51 - critic/score/mean:0.4`` lines, ``key: value`` / ``key=value`` lines with a
+  step or printed once per step, and the other shapes of :mod:`sweeprl.analysis.console_text`.
 
 Every record is given a step: the first of :data:`sweeprl.analysis.keys.STEP_KEYS` it has (LLaMA-Factory's
 ``current_steps``, wandb's ``_step`` ...), else its position. Evaluation is kept apart from training: a record
