@@ -64,6 +64,7 @@ BLIND = {
     "blind5": ("9399ac9", "recall 57% of 14, quiet on 92% of 13, 0.15 false alarms/run, LR against 1, 97% read"),
     "blind6": ("ee3deee", "recall 75% of 8, quiet on 50% of 2, 0.40 false alarms/run, LR against 1, 100% read"),
     "blind7": ("1166796", "recall 33% of 3, quiet on 100% of 3, 0.17 false alarms/run, LR against 0, 100% read"),
+    "blind8": ("3c1730e", "recall 100% of 2, quiet on 100% of 3, 0.00 false alarms/run, LR against 0, 80% read"),
 }
 BATCHES = ("seed", *BLIND)
 
@@ -83,6 +84,7 @@ class Verdict:
     alarms: List[str] = field(default_factory=list)  # warning/critical finding ids
     infos: List[str] = field(default_factory=list)
     lr: Optional[str] = None  # decrease | increase | None (the diagnosis' learning-rate change)
+    lr_runs: List[str] = field(default_factory=list)  # every run's, for a file of several
 
     @property
     def unhealthy(self) -> bool:
@@ -101,9 +103,9 @@ class Verdict:
     @property
     def lr_against(self) -> bool:
         want = self.label.get("lr_direction")
-        if self.lr is None or want in (None, "unknown"):
+        if not self.lr_runs or want in (None, "unknown"):
             return False
-        return want == "none" or {"lower": "decrease", "raise": "increase"}[want] != self.lr
+        return want == "none" or any({"lower": "decrease", "raise": "increase"}[want] != lr for lr in self.lr_runs)
 
 
 def labels() -> List[Dict]:
@@ -112,20 +114,21 @@ def labels() -> List[Dict]:
 
 def judge(label: Dict) -> Verdict:
     from sweeprl.analysis.diagnosis import diagnose
-    from sweeprl.analysis.history import load
+    from sweeprl.analysis.history import load_runs
 
     v = Verdict(label["id"], label["batch"], label)
     try:
-        run = load(str(CORPUS / label["file"]))
+        runs = load_runs(str(CORPUS / label["file"]))
     except (ValueError, FileNotFoundError) as exc:
         v.error = str(exc)
         return v
-    v.read = bool(getattr(run, "used", True)) and bool(run.records)
-    d = diagnose(run)
-    v.alarms = [f.id for f in d.findings if f.severity in ALARM]
-    v.infos = [f.id for f in d.findings if f.severity not in ALARM]
-    lr = [c for c in d.changes() if c["param"] == "learning_rate"]
-    v.lr = lr[0]["direction"] if lr else None
+    v.read = any(bool(getattr(run, "used", True)) and bool(run.records) for run in runs)
+    # a file of several runs: what any of its runs was told (a label describes the file)
+    for d in (diagnose(run) for run in runs if run.records):
+        v.alarms += [f.id for f in d.findings if f.severity in ALARM and f.id not in v.alarms]
+        v.infos += [f.id for f in d.findings if f.severity not in ALARM and f.id not in v.infos]
+        v.lr_runs += [c["direction"] for c in d.changes() if c["param"] == "learning_rate"][:1]
+    v.lr = v.lr_runs[0] if v.lr_runs else None
     return v
 
 

@@ -560,6 +560,17 @@ def test_cli_markdown_and_json_with_the_objective(tmp_path):
     assert bad.returncode == 2 and "not a trial directory" in bad.stderr
 
 
+def test_cli_diagnoses_each_run_of_a_file_that_holds_several(tmp_path):
+    rows = [{"step": s, "reward": 0.5, "kl": 0.01} for s in (1, 2, 3)]
+    rows += [{"step": s, "reward": 0.2 + 0.01 * s, "kl": 0.001 * s} for s in range(1, 31)]
+    (tmp_path / "two.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    md = run_cli(str(tmp_path / "two.jsonl"))
+    assert md.returncode == 0 and "holds 2 runs; each is diagnosed on its own" in md.stdout, md.stderr
+    assert "(run 1 of 2, steps 1-3)" in md.stdout and "(run 2 of 2, steps 1-30)" in md.stdout
+    data = json.loads(run_cli(str(tmp_path / "two.jsonl"), "--format", "json").stdout)
+    assert data["source"] == str(tmp_path / "two.jsonl") and [r["summary"]["steps"] for r in data["runs"]] == [3, 30]
+
+
 def test_markdown_rendering_lists_overrides_and_confidence():
     md = to_markdown(diagnose(CASES["kl_above_target"]()))
     assert "kl_above_target" in md and "algo.learning_rate=0.0005" in md and "| window |" in md

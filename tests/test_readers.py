@@ -9,7 +9,7 @@ import math
 import pytest
 
 from sweeprl.analysis import keys, readers
-from sweeprl.analysis.history import infer_algo, load
+from sweeprl.analysis.history import infer_algo, load_runs
 
 TRL_DICTS = """\
   5%|▌         | 1/20 [00:03<01:00,  3.1s/it]{'loss': 0.0, 'grad_norm': 0.31, 'learning_rate': 1e-06, 'reward': 0.25, 'reward_std': 0.4, 'kl': 0.0, 'epoch': 0.05}
@@ -189,6 +189,41 @@ def test_every_file_of_the_real_run_corpus_is_read():
     corpus = REPO / "tests" / "data" / "real_runs"
     for line in (corpus / "labels.jsonl").read_text().splitlines():
         label = json.loads(line)
-        run = load(str(corpus / label["file"]))
+        run = max(load_runs(str(corpus / label["file"])), key=lambda r: len(r.records))  # a file may hold several
         assert run.records and run.used, label["id"]
         assert len(run.records) >= 5, (label["id"], len(run.records))
+
+
+WANDB_PANEL = (
+    '"Step","a - reward/avg_raw_reward","a - reward/avg_raw_reward__MIN","a - reward/avg_raw_reward__MAX",'
+    '"b - train/kl","b - reward/avg_raw_reward"\n'
+    '"1","0.5","0.4","0.6","0.01","0.2"\n"2","0.6","0.5","0.7","0.02","0.3"\n"3","","","","0.03","0.35"\n'
+)
+
+
+def test_a_wandb_panel_export_is_one_run_per_run_name(tmp_path):
+    """W&B's "export panel data" CSV: one ``<run> - <metric>`` column per run, ``__MIN``/``__MAX`` a group's
+    range, blank where a run is shorter."""
+    a, b = readers.read_runs(write(tmp_path, "panel.csv", WANDB_PANEL))
+    assert a.format == b.format == "wandb_panel_csv" and (a.run, b.run) == ("run 'a', steps 1-2", "run 'b', steps 1-3")
+    assert [r["reward"] for r in a.train] == [0.5, 0.6] and a.framework == "skyrl"  # no MIN/MAX, no blank row
+    assert [r["kl"] for r in b.train] == [0.01, 0.02, 0.03] and [r["step"] for r in b.train] == [1, 2, 3]
+    with pytest.raises(readers.LogFormatError, match="holds 2 runs"):
+        readers.read(tmp_path / "panel.csv")
+
+
+def test_runs_appended_to_one_log_are_told_apart_but_a_resume_or_an_epoch_counter_is_not(tmp_path):
+    def jsonl(steps, **extra):
+        return "".join(json.dumps({"step": s, "reward": 0.1 * i, **extra}) + "\n" for i, s in enumerate(steps))
+
+    appended = jsonl([1, 2, 3]) + jsonl([1, 2, 3, 4, 5])  # a launch that died, then the real one
+    first, second = readers.read_runs(write(tmp_path, "a.jsonl", appended))
+    assert [r["step"] for r in first.train] == [1, 2, 3] and [r["step"] for r in second.train] == [1, 2, 3, 4, 5]
+    assert second.run == "run 2 of 2, steps 1-5" and second.train[4]["reward"] == pytest.approx(0.4)
+    resumed = jsonl([10, 20, 30, 40]) + jsonl([30, 40, 50])  # resumed from the checkpoint of step 30
+    (log,) = readers.read_runs(write(tmp_path, "r.jsonl", resumed))
+    assert [r["step"] for r in log.train] == [10, 20, 30, 40, 50] and log.run is None
+    epochs = jsonl([1, 2], epoch=0) + jsonl([1, 2], epoch=1)  # a loop whose step counts within the epoch
+    assert len(readers.read_runs(write(tmp_path, "e.jsonl", epochs))) == 1
+    evals = jsonl([5, 10]) + json.dumps({"step": 0, "eval_reward": 0.2}) + "\n" + jsonl([15])  # eval at step 0
+    assert len(readers.read_runs(write(tmp_path, "v.jsonl", evals))) == 1

@@ -88,7 +88,7 @@ def records_of(rows: List[Dict[str, Any]]) -> List[Dict[str, float]]:
 
 def _from_log(source: str, log: "readers.Log") -> RunHistory:
     return RunHistory(
-        source=source,
+        source=f"{source} ({log.run})" if log.run else source,
         records=log.train,
         eval_records=log.eval,
         format=log.format,
@@ -204,18 +204,29 @@ def _parse_scalar(value: str) -> Any:
     return value
 
 
-def load(source: str, tracking_uri: Optional[str] = None) -> RunHistory:
-    """Load any supported SOURCE (see module docstring); raises FileNotFoundError/ValueError with a clear message."""
+def load_runs(source: str, tracking_uri: Optional[str] = None) -> List[RunHistory]:
+    """Every run SOURCE holds (see module docstring): one, or several for a log file that holds several
+    (:func:`sweeprl.analysis.readers.split_runs`); raises FileNotFoundError/ValueError with a clear message."""
     path = Path(source)
     if path.is_dir():
-        return _trial_dir(path)
+        return [_trial_dir(path)]
     if path.is_file():
         if path.name == trial_record.METRICS and trial_record.read_resolved_config(path.parent) is not None:
-            return _trial_dir(path.parent)
-        run = _from_log(source, readers.read(path))
-        run.named_algo = named_algo(path.read_text(errors="replace"))
-        return run
+            return [_trial_dir(path.parent)]
+        named = named_algo(path.read_text(errors="replace"))
+        runs = [_from_log(source, log) for log in readers.read_runs(path)]
+        for run in runs:
+            run.named_algo = named
+        return runs
     m = RUN_ID.match(source)
     if m:
-        return _mlflow_run(m.group(2), tracking_uri)
+        return [_mlflow_run(m.group(2), tracking_uri)]
     raise FileNotFoundError(f"{source}: not a trial directory, log file or MLflow run id")
+
+
+def load(source: str, tracking_uri: Optional[str] = None) -> RunHistory:
+    """The one run SOURCE holds (:func:`load_runs`); a ValueError naming the runs of a file that holds several."""
+    runs = load_runs(source, tracking_uri)
+    if len(runs) > 1:
+        raise readers.LogFormatError(f"{source} holds {len(runs)} runs: {', '.join(r.source for r in runs)}")
+    return runs[0]

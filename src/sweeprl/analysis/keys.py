@@ -100,6 +100,16 @@ VOCABULARY = (
     ("openrlhf", "policy_entropy", "entropy"),
     ("openrlhf", "ppo_clip_ratio", "clip_ratio/region_mean"),
     # LLaMA-Factory (trainer_log.jsonl)
+    # SkyRL (``policy/`` prefixes its trainer's status; policy_kl is the KL loss to the reference)
+    ("skyrl", "reward/avg_raw_reward", "reward"),
+    ("skyrl", "policy/policy_loss", "loss"),
+    ("skyrl", "policy/policy_entropy", "entropy"),
+    ("skyrl", "policy/policy_kl", "kl"),
+    ("skyrl", "policy/raw_grad_norm", "grad_norm"),
+    ("skyrl", "policy/grad_norm", "grad_norm"),
+    ("skyrl", "policy/ppo_clip_ratio", "clip_ratio/region_mean"),
+    ("skyrl", "policy/policy_lr", "learning_rate"),
+    ("skyrl", "generate/avg_num_tokens", "completions/mean_length"),
     # Tinker (tinker-cookbook metrics.jsonl; its optim/kl_sample_train_* compare sampler and trainer, not the
     # reference, so they are not read as KL)
     ("tinker", "env/all/reward/total", "reward"),
@@ -157,6 +167,7 @@ ALIASES = {theirs: ours for _, theirs, ours in VOCABULARY}
 #: step counters, in order of preference (TRL/HF, LLaMA-Factory, wandb, verl/Ray)
 STEP_KEYS = (
     "step",
+    "Step",  # W&B's panel export
     "global_step",
     "global_steps",
     "current_steps",

@@ -17,6 +17,10 @@ marked ``phase``/``split``/``mode`` = eval, and keys prefixed ``eval_``, ``eval/
 same key wins), so an eval row can no longer replace the train row of its step. HF's end-of-training summary
 row (``train_runtime``) is dropped. Names are mapped with :data:`sweeprl.analysis.keys.ALIASES` (and a
 ``train/`` prefix is removed); what was read and what was ignored is reported in :class:`Log`.
+
+A file may hold several runs (:func:`split_runs`): W&B's panel export has one ``<run> - <metric>`` column per run,
+and runs appended to one log restart their step counter. Each is read as a run of its own (:func:`read_runs`):
+merged by step, three runs would make one curve of none of them.
 """
 
 from __future__ import annotations
@@ -63,6 +67,9 @@ DERIVED = {
 }
 
 
+RUN_KEY = "_run"  # the run a record belongs to, in a file that names several
+
+
 class LogFormatError(ValueError):
     """The file is none of the formats this module reads; the message says what was tried."""
 
@@ -75,6 +82,7 @@ class Log:
     framework: Optional[str] = None  # the tool whose names matched (trl, verl, openrlhf, ...), when one did
     used: List[str] = field(default_factory=list)  # original column names mapped to a key sweeprl reads
     ignored: List[str] = field(default_factory=list)  # numeric columns no rule reads (bookkeeping excluded)
+    run: Optional[str] = None  # which run of the file, when it holds several
 
 
 # ------------------------------------------------------------------------------------------ parsing
@@ -114,6 +122,25 @@ def _json_candidates(text: str) -> List[Tuple[List[Dict[str, Any]], str]]:
     return [(rows, "jsonl")] if len(rows) >= 2 and bad <= 0.2 * len(rows) else []
 
 
+def _wandb_panel(rows: List[Dict[str, Any]]) -> Optional[List[Dict[str, Any]]]:
+    """W&B's panel export ("Export panel data" as CSV): a ``Step`` column and a ``<run> - <metric>`` column per run
+    (``…__MIN``/``…__MAX``: the range of a grouped run, dropped), blank where a run has no value. One row per run
+    and step, the run named in :data:`RUN_KEY`; None for any other CSV."""
+    cols = [c for c in (rows[0] if rows else {}) if c and c != "Step"]
+    if not rows or "Step" not in rows[0] or not cols or not all(" - " in c for c in cols):
+        return None
+    out: List[Dict[str, Any]] = []
+    for row in rows:
+        per_run: Dict[str, Dict[str, float]] = {}
+        for c in cols:
+            run, _, metric = c.rpartition(" - ")
+            value = number(row.get(c))
+            if value is not None and not metric.endswith(("__MIN", "__MAX")):
+                per_run.setdefault(run, {})[metric] = value
+        out += [{"Step": row["Step"], RUN_KEY: run, **metrics} for run, metrics in per_run.items()]
+    return out
+
+
 def parse(path: Path) -> Tuple[List[Dict[str, Any]], str]:
     """Raw records of a log file and the name of its format: every reading that fits is tried and the one with
     the most records of known metrics wins. :class:`LogFormatError` when none has any."""
@@ -126,7 +153,8 @@ def parse(path: Path) -> Tuple[List[Dict[str, Any]], str]:
         not candidates and "," in stripped.split("\n", 1)[0] and stripped.count("\n") >= 2
     ):
         rows = list(csv.DictReader(io.StringIO(text), delimiter="\t" if path.suffix.lower() == ".tsv" else ","))
-        candidates.append((rows, "csv"))
+        panel = _wandb_panel(rows)
+        candidates.append((panel, "wandb_panel_csv") if panel else (rows, "csv"))
     if not any(score(rows) for rows, _ in candidates):
         clean = console_text.clean(text)
         candidates += [(reader(clean), name) for reader, name in console_text.READERS]
@@ -237,11 +265,67 @@ def normalise(rows: Iterable[Dict[str, Any]]) -> Log:
     )
 
 
-def read(path: Path) -> Log:
-    """Read a log file (see the module docstring)."""
+# ------------------------------------------------------------------------------------------ runs of a file
+def _counter(raw: Dict[str, Any]) -> Optional[float]:
+    """The record's own step counter (not its position), None without one."""
+    return next((v for v in (number(raw.get(k)) for k in keys.STEP_KEYS) if v is not None and math.isfinite(v)), None)
+
+
+def _trains(raw: Dict[str, Any]) -> bool:
+    metrics = [k for k, x in raw.items() if number(x) is not None and k not in keys.STEP_KEYS and k != "epoch"]
+    return bool(metrics) and not _is_eval(raw) and not all(k.startswith(EVAL_PREFIXES) for k in metrics)
+
+
+def split_runs(rows: List[Dict[str, Any]]) -> List[Tuple[Optional[str], List[Dict[str, Any]]]]:
+    """The runs one file holds, each with a name (None for a file of one run): the runs a W&B panel export names,
+    else runs appended to one log, told by a training record's step counter going back to (or below) the file's
+    first step. A run resumed from a checkpoint restarts later than that and stays one run (a repeated step keeps
+    its last record), and so does a loop whose counter restarts each epoch (its ``epoch`` moves on)."""
+    names = list(dict.fromkeys(r[RUN_KEY] for r in rows if isinstance(r.get(RUN_KEY), str)))
+    if names:
+        return [(name, [r for r in rows if r.get(RUN_KEY) == name]) for name in names]
+    starts: List[int] = [0]
+    first: Optional[float] = None
+    last: Optional[Tuple[float, Optional[float]]] = None  # (step, epoch) of the last training record
+    for i, raw in enumerate(rows):
+        flat = flatten(raw)
+        step = _counter(flat)
+        if step is None or not _trains(flat):
+            continue
+        epoch = number(flat.get("epoch"))
+        if first is None:
+            first = step
+        elif last is not None and step < last[0] and step <= first:
+            if not (epoch is not None and last[1] is not None and epoch > last[1]):
+                starts.append(i)
+        last = (step, epoch)
+    if len(starts) == 1:
+        return [(None, rows)]
+    bounds = [*starts, len(rows)]
+    return [(f"run {k + 1} of {len(starts)}", rows[a:b]) for k, (a, b) in enumerate(zip(bounds, bounds[1:]))]
+
+
+def read_runs(path: Path) -> List[Log]:
+    """Read a log file (see the module docstring): one :class:`Log` per run it holds (:func:`split_runs`)."""
     rows, fmt = parse(path)
-    log = normalise(rows)
-    log.format = fmt
-    if log.framework is None and fmt in ("trainer_state", "console_dicts", "table"):
-        log.framework = "trl"  # the HF Trainer's log (TRL, Unsloth and LLaMA-Factory print the same)
-    return log
+    logs = []
+    for name, part in split_runs(rows):
+        log = normalise(part)
+        log.format = fmt
+        if log.framework is None and fmt in ("trainer_state", "console_dicts", "table"):
+            log.framework = "trl"  # the HF Trainer's log (TRL, Unsloth and LLaMA-Factory print the same)
+        if name is not None:
+            steps = [r["step"] for r in log.train]
+            span = f", steps {steps[0]:g}-{steps[-1]:g}" if steps else ""
+            log.run = name if name.startswith("run ") else f"run {name!r}"
+            log.run += span
+        logs.append(log)
+    return logs
+
+
+def read(path: Path) -> Log:
+    """Read a log file of one run; a file of several runs is a :class:`LogFormatError` naming them."""
+    logs = read_runs(path)
+    if len(logs) > 1:
+        raise LogFormatError(f"{path} holds {len(logs)} runs ({'; '.join(str(log.run) for log in logs)})")
+    return logs[0]

@@ -3,6 +3,8 @@
 SOURCE: a trial/run directory, an MLflow run id (``runs:/<id>`` or the bare id), or another tool's log: TRL's
 ``trainer_state.json``, JSON/JSONL/CSV exports, console logs of TRL, Unsloth, LLaMA-Factory, verl or mlx.
 Prints markdown (default) or JSON; ``--out DIR`` also writes ``diagnosis.md`` and ``diagnosis.json`` there.
+A log that holds several runs (a W&B panel export, runs appended to one file) gets one diagnosis per run, in the
+file's order (JSON: ``{"source": …, "runs": [...]}``).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import List
 
 from sweeprl import trial_record
 from sweeprl.analysis.diagnosis import Thresholds, diagnose, thresholds_from, to_markdown
-from sweeprl.analysis.history import load
+from sweeprl.analysis.history import load_runs
 from sweeprl.analysis.objective import DEFAULT_TARGET_KL
 from sweeprl.console import help_text, print_markdown
 
@@ -61,19 +63,27 @@ def main(argv: List[str]) -> int:
         pairs["target_kl"] = args.target_kl
     try:
         th = thresholds_from(pairs)
-        run = load(args.source, tracking_uri=args.tracking_uri)
+        runs = [r for r in load_runs(args.source, tracking_uri=args.tracking_uri) if r.records]
     except (ValueError, FileNotFoundError) as exc:  # readers.LogFormatError is a ValueError
         print(f"sweeprl diagnose: {exc}", file=sys.stderr)
         return 2
-    if not run.records:
+    if not runs:
         print(f"sweeprl diagnose: {args.source} has no metric records", file=sys.stderr)
         return 2
-    d = diagnose(run, th, target_kl_given=args.target_kl is not None)
-    md, js = to_markdown(d), json.dumps(d.as_dict(), indent=2, default=str)
+    ds = [diagnose(run, th, target_kl_given=args.target_kl is not None) for run in runs]
+    if len(ds) == 1:
+        md, data = to_markdown(ds[0]), ds[0].as_dict()
+    else:
+        intro = f"{args.source} holds {len(ds)} runs; each is diagnosed on its own.\n\n"
+        md, data = (
+            intro + "\n\n".join(to_markdown(d) for d in ds),
+            {"source": args.source, "runs": [d.as_dict() for d in ds]},
+        )
+    js = json.dumps(data, indent=2, default=str)
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        trial_record.write_diagnosis(out, md, d.as_dict())
+        trial_record.write_diagnosis(out, md, data)
     if args.format == "markdown":
         print_markdown(md)
     else:
