@@ -569,6 +569,16 @@ def test_cli_diagnoses_each_run_of_a_file_that_holds_several(tmp_path):
     assert "(run 1 of 2, steps 1-3)" in md.stdout and "(run 2 of 2, steps 1-30)" in md.stdout
     data = json.loads(run_cli(str(tmp_path / "two.jsonl"), "--format", "json").stdout)
     assert data["source"] == str(tmp_path / "two.jsonl") and [r["summary"]["steps"] for r in data["runs"]] == [3, 30]
+    # piped into a reader that stops early (`| head -1`): no traceback
+    proc = subprocess.Popen(
+        [PYTHON, "-m", "sweeprl", "diagnose", str(tmp_path / "two.jsonl")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    proc.stdout.close()
+    assert proc.wait(timeout=120) == 0 and "Traceback" not in proc.stderr.read()
 
 
 def test_markdown_rendering_lists_overrides_and_confidence():

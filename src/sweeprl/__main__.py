@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import gc
 import importlib
+import os
 import sys
 from typing import List, Optional
 
@@ -40,6 +41,9 @@ def main(argv: Optional[List[str]] = None) -> None:
         args = args[1:]
     try:
         code = getattr(importlib.import_module(module), func or "main")(args)
+    except BrokenPipeError:  # output piped into a reader that stopped early (`| head`): its choice, not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the flush at exit must not fail again
+        code = 0
     finally:
         if argv is None:  # the process's own command line: it ends right after this (a caller's argv: it may not)
             skip_exit_collection()
