@@ -149,6 +149,21 @@ def test_budget_too_small_for_one_round(tmp_path, fake, capsys):
     assert fake.calls == []
 
 
+def test_a_round_takes_the_budget_no_later_round_could_use(tmp_path):
+    """The benchmark's numbers (a full trial 640 completions, 2 confirmation and 3 final seeds): round 2 gets all
+    3136 completions left, since half of them would leave less than a round of 3 trials and its 2 re-runs."""
+    settings = {"first_share": 0.6, "confirm_seeds": 2, "final_seeds": 3}
+    chain = records.Chain("c", [], "completions", 13056, settings)
+    setup = chain_mod.Setup([], [], {}, 640, ["maximize"], 0, True, None, None)  # generation batch 1: 640 a trial
+    pilot = chain_mod.Autopilot(chain, tmp_path, setup, print)
+    assert pilot.round_budget(1) == int(0.6 * (13056 - 5 * 640)) == 5913
+    rerun = records.Rerun("r", "d", {}, [1, 2], spent=records.Spent(completions=1280))
+    chain.rounds.append(records.Round(1, "s", "d", {}, {}, spent=records.Spent(completions=5440), confirm=rerun))
+    assert pilot.round_budget(2) == 13056 - 5440 - 1280 - 5 * 640 == 3136
+    chain.budget = 20000  # enough for two more rounds: half of what is left
+    assert pilot.round_budget(2) == int((20000 - 5440 - 1280 - 5 * 640) / 2)
+
+
 def test_noise_threshold_is_the_standard_error_of_a_difference():
     reruns = [
         records.Rerun("a", "d", {}, [1, 2], {"1": 0.5, "2": 0.52}),

@@ -1,8 +1,9 @@
 """The chain: plan a round, run it, judge it, plan the next, and end by re-running the winner on fresh seeds.
 
 Budget: round 1 may spend ``first_share`` of what is left once the re-runs still due are set aside (this round's
-confirmation, the winner's final re-run), each later round half of the rest (all of it when half would not pay for
-:data:`MIN_ROUND_TRIALS` full-length trials). A round's sweep is grown (resumed with a larger ``n_trials``) while
+confirmation, the winner's final re-run), each later round half of the rest, or all of it when what it would leave
+could not pay for another round (:data:`MIN_ROUND_TRIALS` full-length trials and their confirmation): budget left
+at the end buys nothing. A round's sweep is grown (resumed with a larger ``n_trials``) while
 one more trial at its worst case (all ``max_steps`` updates) fits in its share, so trials the pruner stops early
 leave room for more and the chain never spends more than the budget.
 
@@ -164,8 +165,8 @@ class Autopilot:
 
     def round_budget(self, k: int) -> int:
         """What round ``k`` may spend on its own trials: round 1 ``first_share`` of the budget left for searching
-        (after the re-runs still due), later rounds half of it, or all of it when half would not pay for
-        :data:`MIN_ROUND_TRIALS` full trials."""
+        (after the re-runs still due), later rounds half of it, at least :data:`MIN_ROUND_TRIALS` full trials, and
+        all of it when the rest could not pay for another round of those and its confirmation."""
         s = self.chain.settings
         reserve = (s["confirm_seeds"] + s["final_seeds"]) * self.unit_cost
         left = max(0, self.chain.budget - self.spent() - reserve)
@@ -173,7 +174,10 @@ class Autopilot:
         floor = MIN_ROUND_TRIALS * self.unit_cost
         if left < floor:
             return 0
-        return int(max(share * left, floor))
+        target = max(share * left, floor)
+        if left - target < floor + s["confirm_seeds"] * self.unit_cost:
+            target = left  # no later round could use what this one leaves
+        return int(target)
 
     def plan_round(self, k: int) -> Optional[Round]:
         target = self.round_budget(k)
