@@ -65,6 +65,7 @@ BLIND = {
     "blind6": ("ee3deee", "recall 75% of 8, quiet on 50% of 2, 0.40 false alarms/run, LR against 1, 100% read"),
     "blind7": ("1166796", "recall 33% of 3, quiet on 100% of 3, 0.17 false alarms/run, LR against 0, 100% read"),
     "blind8": ("3c1730e", "recall 100% of 2, quiet on 100% of 3, 0.00 false alarms/run, LR against 0, 80% read"),
+    "blind9": ("c13453b", "recall 50% of 4, quiet on 100% of 3, 0.29 false alarms/run, LR against 0, 100% read"),
 }
 BATCHES = ("seed", *BLIND)
 

@@ -63,6 +63,7 @@ RANK = {fid: i for i, ids in enumerate(PRIORITY) for fid in ids}
 SUPERSEDES = {"reward_collapse": ("reward_flat",), "updates_too_small": ("reward_flat",)}
 SWEEP_SHARE = 0.5  # a finding on more than this share of a sweep's trials is reported at sweep level
 SWEEP_MIN_TRIALS = 3
+_SIGNAL = {*keys.REWARD, *keys.PREF_MARGIN, *keys.PREF_ACCURACY}  # what an objective is made of
 
 __all__ = ["FINDING_IDS", "Diagnosis", "Finding", "Thresholds", "diagnose", "sweep_level", "to_markdown"]
 
@@ -267,6 +268,10 @@ def summary(run: RunHistory, algo: Optional[str] = None, n_windows: int = 8) -> 
             "used": run.used,
             "ignored": run.ignored,
             "eval_points": len(run.eval_records),
+            # the reward-like columns only the evaluation records have
+            "eval_signal": sorted(
+                {k for r in run.eval_records for k in r if k in _SIGNAL} - {k for r in recs for k in r}
+            ),
         },
     }
 
@@ -322,6 +327,12 @@ def to_markdown(d: Diagnosis) -> str:
             "",
             f"Objective (stability_adjusted): {num(d.objective['value'], 4)} = late reward "
             f"{num(d.objective['terms']['late_reward'], 4)}" + (f" − ({pens})" if pens else "") + ".",
+        ]
+    elif columns.get("format") and columns.get("eval_signal"):
+        lines += [
+            "",
+            "No reward signal in the training records: only the evaluation records have "
+            f"{', '.join(columns['eval_signal'])} (read on their own), so the run gets no objective.",
         ]
     elif columns.get("format"):
         lines += [

@@ -49,7 +49,8 @@ def _eval_turn(v: View) -> str:
 
 def _memorising(v: View, late_loss: float, margin) -> Optional[str]:
     """Evidence, as text, that the pairs are memorised: the loss under 0.01 on most steps (separated at once),
-    or under 0.05 (pairs ~e^3 apart) with the margin still rising significantly over the second half."""
+    or under 0.05 (pairs ~e^3 apart) with the margin still rising significantly over the second half (the eval
+    margin when only the evaluation records have one: a notebook table of train loss and eval metrics)."""
     loss = v.c(("loss",))
     if loss.n >= 6 and float(np.mean(loss.values < 0.01)) >= 0.5:
         return (
@@ -57,13 +58,16 @@ def _memorising(v: View, late_loss: float, margin) -> Optional[str]:
             f"{int(loss.steps[int(np.argmax(loss.values < 0.01))])}): the pairs were separated at once and the rest "
             "of the run only inflates the margin"
         )
+    which = "margin"
+    if margin.n < 8 and v.eval_curve(keys.PREF_MARGIN).n >= 8:
+        margin, which = v.eval_curve(keys.PREF_MARGIN), "eval margin"
     if late_loss >= 0.05 or margin.n < 8:
         return None
     z, p = trend_test(v, margin.late(0.5))
     if z is None or z <= 0 or p >= 0.05:
         return None
     return (
-        f"loss {num(late_loss, 3)} in the late window while the margin keeps rising "
+        f"loss {num(late_loss, 3)} in the late window while the {which} keeps rising "
         f"({num(float(margin.late(0.5).values[0]), 3)} -> {num(margin.late(v.th.window).mean(), 3)}; Mann-Kendall "
         f"z={z:.1f}, {pval(p)})"
     )
