@@ -104,6 +104,14 @@ def peak_then_collapse(kl=None):
     return healthy(reward=r, kl=np.where(T < 25, 0.02, 0.02 + 0.1 * (T - 25)) if kl is None else kl)
 
 
+def format_only():
+    """Two reward functions: the format term learns (0 -> 0.8), the correctness term stays at 0.05."""
+    g = np.random.default_rng(5)
+    form = 0.8 * (1 - np.exp(-T / 15)) + g.normal(0, 0.02, N)
+    task = 0.05 + g.normal(0, 0.02, N)
+    return healthy(reward=form + task, **{"rewards/format_reward/mean": form, "rewards/correctness/mean": task})
+
+
 CASES = {
     "non_finite": lambda: healthy(loss=spiked(0.02 * np.sin(T), 30, np.nan)),
     "loss_spike": lambda: healthy(loss=spiked(0.02 * np.sin(T), 40, 3.0)),
@@ -123,6 +131,7 @@ CASES = {
     ),
     "reward_flat": lambda: healthy(reward=0.3 + np.random.default_rng(3).normal(0, 0.005, N)),
     "reward_below_target": lambda: healthy(),  # with target_reward=0.95
+    "task_reward_flat": format_only,
     "reward_variance_rising": lambda: healthy(
         reward=0.5 + 0.1 * T / N + np.random.default_rng(5).normal(0, 0.01, N), reward_std=0.05 + 0.2 * T / N
     ),
@@ -173,6 +182,17 @@ CASES = {
 
 def th_for(fid):
     return Thresholds(target_reward=0.95) if fid == "reward_below_target" else Thresholds()
+
+
+def test_a_gain_the_task_term_shares_is_not_format_only():
+    g = np.random.default_rng(5)
+    form = 0.8 * (1 - np.exp(-T / 15)) + g.normal(0, 0.02, N)
+    task = 0.05 + 0.3 * T / N + g.normal(0, 0.02, N)  # the answers get better too
+    run = healthy(reward=form + task, **{"rewards/format_reward/mean": form, "rewards/correctness/mean": task})
+    assert "task_reward_flat" not in diagnose(run).ids()
+    f = next(f for f in diagnose(format_only()).findings if f.id == "task_reward_flat")
+    assert "correctness 0.0535 -> 0.0525" in f.evidence and "format_reward +0.498" in f.evidence
+    assert not f.recommendation["changes"]  # the learning rate is not the cause
 
 
 def test_every_finding_id_has_a_case():

@@ -53,7 +53,7 @@ PRIORITY = (
         "explained_variance_negative",
     ),
     ("preference_overfit",),
-    ("reward_flat", "updates_too_small", "reward_below_target", "preference_no_learning"),
+    ("reward_flat", "task_reward_flat", "updates_too_small", "reward_below_target", "preference_no_learning"),
     ("mode_collapse", "reward_cv_high", "reward_variance_rising", "reward_variance_died", "best_of_n_gap"),
     ("truncation_high", "length_hacking"),
     ("short_history",),

@@ -45,6 +45,7 @@ from sweeprl.analysis.rules.reward import (
     f_reward_dip,
     f_reward_flat,
     f_short_history,
+    f_task_reward_flat,
 )
 
 __all__ = ["FINDING_IDS", "RULES", "SHORT", "Finding", "Thresholds", "View"]
@@ -59,6 +60,7 @@ RULES: tuple[Callable[[View], Optional[Finding]], ...] = (
     f_reward_collapse,
     f_reward_dip,
     f_reward_flat,
+    f_task_reward_flat,
     f_reward_below_target,
     f_reward_variance_rising,
     f_reward_cv_high,

@@ -1,9 +1,11 @@
-"""Rules on the reward's shape: a collapse, a dip, a flat reward, a reward below its target; a short history."""
+"""Rules on the reward's shape: a collapse, a dip, a flat reward, a reward below its target, a gain made by the
+format terms of a reward alone; a short history."""
 
 from __future__ import annotations
 
 import math
-from typing import Optional
+import re
+from typing import Dict, Optional
 
 import numpy as np
 
@@ -340,4 +342,77 @@ def f_short_history(v: View) -> Optional[Finding]:
         "findings are read off a handful of points, as a person would; their confidence is lowered",
         v.rec("Log every step (algo.logging_steps=1) for a full diagnosis."),
         confidence=0.99,
+    )
+
+
+#: reward functions named for what they score (TRL logs each as ``rewards/<name>/mean``): the task, or the form
+TASK_TERM = re.compile(r"correct|accura|answer|pass|solve|exact_match|equiv|verif", re.I)
+FORM_TERM = re.compile(r"format|tag|xml|length|think|style|strict|soft|count", re.I)
+#: ``rewards/<x>`` names that are preference statistics, not reward functions
+_NOT_TERMS = {"chosen", "rejected", "margins", "accuracies"}
+
+
+def reward_terms(v: View) -> Dict[str, str]:
+    """The reward functions the log reports one by one: name -> column (``rewards/<name>/mean``, or the
+    ``rewards/<name>`` of older TRL releases)."""
+    names = {k for r in v.records[:50] for k in r}
+    terms: Dict[str, str] = {}
+    for k in sorted(names):
+        m = re.fullmatch(r"rewards/([^/]+)(/mean)?", k)
+        if m and m.group(1) not in _NOT_TERMS:
+            terms.setdefault(m.group(1), k)
+    return terms
+
+
+def f_task_reward_flat(v: View) -> Optional[Finding]:
+    """A reward that rose through its format terms while the terms that score the task (named correctness,
+    accuracy, answer, ...) did not move: the policy learned the output's form, and the task gives it no signal
+    (a checker that rejects right answers, prompts too hard for the model). Judged on the reward functions TRL
+    logs one by one; silent without a task term and a form term."""
+    terms = reward_terms(v)
+    task = {n: k for n, k in terms.items() if TASK_TERM.search(n) and not FORM_TERM.search(n)}
+    form = {n: k for n, k in terms.items() if FORM_TERM.search(n)}
+    r = v.reward
+    if not task or not form or r.n < 8:
+        return None
+    early, late = r.early(v.th.window), r.late(v.th.window)
+    z, p = level_test(r, late, early)
+    gain = float(late.mean() - early.mean())
+    if gain <= 0 or p >= 0.05:  # the reward did not rise beyond its noise: the flat-reward rules speak
+        return None
+
+    def moved(col: str) -> tuple:
+        c = v.c((col,))
+        return (
+            float(c.early(v.th.window).mean()),
+            float(c.late(v.th.window).mean()),
+            level_test(c, c.late(v.th.window), c.early(v.th.window))[1],
+        )
+
+    task_moves = {n: moved(k) for n, k in task.items() if v.c((k,)).n >= 8}
+    form_moves = {n: moved(k) for n, k in form.items() if v.c((k,)).n >= 8}
+    if not task_moves or not form_moves:
+        return None
+    task_gain = sum(b - a for a, b, _ in task_moves.values())
+    form_gain = sum(b - a for a, b, _ in form_moves.values())
+    if any(pu < 0.05 and b > a for a, b, pu in task_moves.values()) or task_gain > 0.1 * gain:
+        return None  # the task term rose too: learning where it counts
+    if form_gain < 0.5 * gain:
+        return None
+    said = ", ".join(f"{n} {num(a, 3)} -> {num(b, 3)}" for n, (a, b, _) in task_moves.items())
+    rose = ", ".join(f"{n} {b - a:+.3g}" for n, (a, b, _) in form_moves.items() if b > a)
+    return Finding(
+        "task_reward_flat",
+        "warning",
+        f"the reward rose {num(float(early.mean()), 3)} -> {num(float(late.mean()), 3)} (z={z:.1f}, {pval(p)}) "
+        f"through its form terms ({rose}), while the task term did not: {said}",
+        [],
+        "the policy learned the output's form, not the task: the task reward gives no signal (a checker that "
+        "rejects right answers, or prompts too hard for the model)",
+        v.rec(
+            "Check the task reward on a few completions (answer parsing and normalisation: an exact string match "
+            "rejects equivalent answers), start from easier prompts, and lower the form terms' weight once the "
+            "form is learned. The learning rate is not the cause."
+        ),
+        confidence=evidence_confidence(p, v.short),
     )
