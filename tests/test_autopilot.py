@@ -162,6 +162,12 @@ def test_a_round_takes_the_budget_no_later_round_could_use(tmp_path):
     assert pilot.round_budget(2) == 13056 - 5440 - 1280 - 5 * 640 == 3136
     chain.budget = 20000  # enough for two more rounds: half of what is left
     assert pilot.round_budget(2) == int((20000 - 5440 - 1280 - 5 * 640) / 2)
+    chain.budget = 10000  # less than 3 more trials once the re-runs due are set aside: the chain stops
+    assert pilot.round_budget(2) == 0 and pilot.plan_round(2) is None
+    assert chain.stop_reason == (
+        "budget spent: 6720 of 10000 completions used, 1920 kept for the winner's final re-run; what is left buys "
+        "no round of 3 trials and its re-runs"
+    )
 
 
 def test_noise_threshold_is_the_standard_error_of_a_difference():

@@ -189,7 +189,12 @@ class Autopilot:
                     f"to {self.unit_cost}, and a round of {MIN_ROUND_TRIALS} trials with its re-runs needs "
                     f"{need * self.unit_cost}"
                 )
-            self.stop(f"budget spent: {self.spent()} of {self.chain.budget} {self.chain.budget_unit} used")
+            final = self.chain.settings["final_seeds"] * self.unit_cost
+            self.stop(
+                f"budget spent: {self.spent()} of {self.chain.budget} {self.chain.budget_unit} used"
+                + (f", {final} kept for the winner's final re-run" if final else "")
+                + f"; what is left buys no round of {MIN_ROUND_TRIALS} trials and its re-runs"
+            )
             return None
         name = f"{self.chain.name}-r{k}"
         run_dir = self.dir / f"round{k}"
