@@ -277,13 +277,13 @@ def _trains(raw: Dict[str, Any]) -> bool:
 
 
 def split_runs(rows: List[Dict[str, Any]]) -> List[Tuple[Optional[str], List[Dict[str, Any]]]]:
-    """The runs one file holds, each with a name (None for a file of one run): the runs a W&B panel export names,
-    else runs appended to one log, told by a training record's step counter going back to (or below) the file's
-    first step. A run resumed from a checkpoint restarts later than that and stays one run (a repeated step keeps
-    its last record), and so does a loop whose counter restarts each epoch (its ``epoch`` moves on)."""
+    """The runs one file holds, each with a name for the reader (None for a file of one run): the runs a W&B panel
+    export names, else runs appended to one log, told by a training record's step counter going back to (or below)
+    the file's first step. A run resumed from a checkpoint restarts later than that and stays one run (a repeated
+    step keeps its last record), and so does a loop whose counter restarts each epoch (its ``epoch`` moves on)."""
     names = list(dict.fromkeys(r[RUN_KEY] for r in rows if isinstance(r.get(RUN_KEY), str)))
     if names:
-        return [(name, [r for r in rows if r.get(RUN_KEY) == name]) for name in names]
+        return [(f"run {name!r}", [r for r in rows if r.get(RUN_KEY) == name]) for name in names]
     starts: List[int] = [0]
     first: Optional[float] = None
     last: Optional[Tuple[float, Optional[float]]] = None  # (step, epoch) of the last training record
@@ -316,9 +316,7 @@ def read_runs(path: Path) -> List[Log]:
             log.framework = "trl"  # the HF Trainer's log (TRL, Unsloth and LLaMA-Factory print the same)
         if name is not None:
             steps = [r["step"] for r in log.train]
-            span = f", steps {steps[0]:g}-{steps[-1]:g}" if steps else ""
-            log.run = name if name.startswith("run ") else f"run {name!r}"
-            log.run += span
+            log.run = name + (f", steps {steps[0]:g}-{steps[-1]:g}" if steps else "")
         logs.append(log)
     return logs
 
