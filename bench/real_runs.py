@@ -48,11 +48,11 @@ MATCHES = {
     "entropy_blowup": {"entropy_rising", "entropy_unstable"},
     "entropy_collapse": {"entropy_collapse", "mode_collapse"},
     "kl_runaway": {"kl_above_target"},
-    "no_learning": {"reward_flat", "updates_too_small", "reward_below_target", "task_reward_flat"},
+    "no_learning": {"reward_flat", "updates_too_small", "reward_below_target", "task_reward_flat", "loss_flat"},
     "no_signal": {"reward_no_signal", "reward_variance_died", "mode_collapse", "reward_flat", "task_reward_flat"},
     "length_hacking": {"length_hacking", "truncation_high"},
     "preference_overfit": {"preference_overfit"},
-    "preference_no_learning": {"preference_no_learning"},
+    "preference_no_learning": {"preference_no_learning", "loss_flat"},
 }
 ALARM = ("critical", "warning")
 #: batch -> (commit at which it was first scored, blind, with ``bench/real_runs.py``; its figures then)
@@ -66,6 +66,7 @@ BLIND = {
     "blind7": ("1166796", "recall 33% of 3, quiet on 100% of 3, 0.17 false alarms/run, LR against 0, 100% read"),
     "blind8": ("3c1730e", "recall 100% of 2, quiet on 100% of 3, 0.00 false alarms/run, LR against 0, 80% read"),
     "blind9": ("c13453b", "recall 50% of 4, quiet on 100% of 3, 0.29 false alarms/run, LR against 0, 100% read"),
+    "blind10": ("5821508", "recall 20% of 5, quiet on 80% of 5, 0.10 false alarms/run, LR against 1, 85% read"),
 }
 BATCHES = ("seed", *BLIND)
 

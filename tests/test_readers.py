@@ -61,6 +61,31 @@ def test_verl_console_with_colour_codes_and_numpy_wrappers(tmp_path):
     assert infer_algo(log.train) == "grpo"  # critic-free, a per-token KL
 
 
+PROSE_BEFORE_STEPS = """\
+histogram:  {'correct with both format and answer reward 1': 17, 'format reward 0 and answer reward 0': 239}
+Percentage of correct examples:  0.066
+GRPO Iteration:  0 Epoch:  0 Microbatch:  0 / 128
+GRPO Iteration 0, Epoch 0, Evaluating...
+Percentage of correct examples:  0.041
+Percentage of correct examples:  0.043
+GRPO Iteration:  1 Epoch:  0 Microbatch:  0 / 128
+Percentage of correct examples:  0.102
+GRPO Iteration:  2 Epoch:  0 Microbatch:  0 / 128
+"""
+
+
+def test_prose_metrics_before_their_step_line_and_an_evaluation_block(tmp_path):
+    """A hand-written loop prints ``Percentage of correct examples: x`` before each step line, and after the line
+    that opens an evaluation the evaluation's own value: that value is the evaluation's (up to a name it already
+    has), the next one is the next step's; the share of correct answers stands in for the reward it does not log
+    (a phrase whose last word is a metric, ``Average Reward: x``, is that metric: the theLMbook corpus run)."""
+    log = readers.read(write(tmp_path, "loop.log", PROSE_BEFORE_STEPS))
+    assert log.format == "console_steps"
+    assert [(r["step"], r["reward"]) for r in log.train] == [(0, 0.066), (1, 0.043), (2, 0.102)]
+    assert log.eval == [{"step": 0.0, "percentage_of_correct_examples": 0.041}]
+    assert "percentage_of_correct_examples" in log.used
+
+
 def test_a_logger_line_per_step_without_a_step_number_and_totals_over_a_count(tmp_path):
     """A hand-written loop's logger prints the same ``key: value, ...`` set each step, with a dict of totals; the
     example completions printed between (their own one-sample ``reward`` dicts) are not steps."""

@@ -41,10 +41,15 @@ def flatten(record: Dict[str, Any], prefix: str = "") -> Dict[str, Any]:
 
 def score(rows: List[Dict[str, Any]]) -> int:
     """Values of metrics sweeprl reads, over all records: how well a reading of the file fits (a reading that
-    finds more steps but fewer metrics per step loses to the richer one)."""
-    return sum(
-        sum(keys.canonical(k) in keys.READ and keys.canonical(k) != "learning_rate" for k in flatten(r)) for r in rows
-    )
+    finds more steps but fewer metrics per step loses to the richer one). A record with none of them counts its
+    task-success rates, which stand in for a reward (``Percentage of correct examples: 0.3``)."""
+
+    def count(record: Dict[str, Any]) -> int:
+        names = [keys.canonical(k) for k in flatten(record)]
+        read = sum(k in keys.READ and k != "learning_rate" for k in names)
+        return read or sum(keys.stands_in_for_reward(k) for k in names)
+
+    return sum(count(r) for r in rows)
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -154,6 +159,20 @@ def phrase_lines(text: str) -> List[Dict[str, Any]]:
 
 
 _STEP_HEAD = re.compile(r"(?:^|[\s|,\[])(?:step|iter(?:ation)?)\s*[:=]?\s*(\d+)\b\]?", re.I)
+_EVAL_HEAD = re.compile(r"\beval|validat", re.I)  # a step line that opens an evaluation ("Evaluating...")
+_PROSE = re.compile(rf"^\s*([A-Za-z]+(?: [A-Za-z]+)+)\s*:\s*({_NUMBER})\s*$")  # "Percentage of correct examples: 0.3"
+
+
+def _line_pairs(line: str) -> List[Tuple[str, str]]:
+    """A line's ``name: value`` pairs; a whole line of ``Words of a phrase: value`` is one pair named by the
+    phrase (``percentage_of_correct_examples``) unless its last word is a metric sweeprl reads (``Average
+    Reward: 0.7`` is the reward)."""
+    m = _PROSE.match(line)
+    if m and keys.canonical(m.group(1).split()[-1].lower()) not in keys.READ:
+        return [("_".join(m.group(1).lower().split()), m.group(2))]
+    return _PAIR.findall(line)
+
+
 _LIST = re.compile(r"(?<![\w.])([A-Za-z_][\w./ -]*?)\s*[:=]\s*(?:tensor\()?\[([-+0-9.eE, naif]+)\]")
 
 
@@ -167,8 +186,10 @@ def _step_head(line: str) -> Optional[re.Match]:
 def step_blocks(text: str) -> List[Dict[str, Any]]:
     """Logs that print ``Step N`` (or ``[step N]``, ``epoch: 0|step: 12|...``) and then the step's values, on the
     same line or the lines after it, as ``key=value`` / ``key: value`` pairs or ``Rewards: [r1, r2, ...]`` lists
-    (a list gives its mean and, as ``<key>_std``, its spread; ``tensor([...])`` too). A log that never prints a
-    step counter (simple_GRPO's ``rewards: tensor([...])`` lines) gets one record per line with a list."""
+    (a list gives its mean and, as ``<key>_std``, its spread; ``tensor([...])`` too), or a line of prose
+    (``Percentage of correct examples: 0.3``). A step line that says it evaluates (``Evaluating...``) starts an
+    evaluation record. A log that never prints a step counter (simple_GRPO's ``rewards: tensor([...])`` lines)
+    gets one record per line with a list."""
     rows: List[Dict[str, Any]] = []
     row: Optional[Dict[str, Any]] = None
     lines = text.splitlines()
@@ -178,23 +199,34 @@ def step_blocks(text: str) -> List[Dict[str, Any]]:
     # the values between two step lines belong to the next one
     first_head = next((i for i, h in enumerate(heads) if h), len(lines))
     before = any(
-        keys.canonical(name) in keys.READ
+        keys.canonical(name) in keys.READ or keys.stands_in_for_reward(name)
         for line in lines[max(0, first_head - 3) : first_head]
-        for name, _ in _PAIR.findall(line)
+        for name, _ in _line_pairs(line)
     )  # a known metric just above the first step line
     pending: Dict[str, Any] = {}
+    evaluating: Optional[Dict[str, Any]] = None  # an evaluation opened by its step line, in a values-before log
     for line, head in zip(lines, heads):
         if stepless and _LIST.search(line):
             row = {"step": float(len(rows) + 1)}
             rows.append(row)
+        elif head and before and _EVAL_HEAD.search(line):
+            # its values follow it, up to a name it already has: the next step's values, printed before that step
+            evaluating = {"step": float(head.group(1)), "phase": "eval"}
+            rows.append(evaluating)
+            continue
         elif head:
             row = {"step": float(head.group(1)), **pending}
-            pending = {}
+            row.update({"phase": "eval"} if _EVAL_HEAD.search(line) else {})
+            pending, evaluating = {}, None
             rows.append(row)
             line = line[: head.start()] + " " + line[head.end() :]
         elif before:
-            for name, value in _PAIR.findall(line):
-                pending.setdefault(name, float(value))
+            for name, value in _line_pairs(line):
+                if evaluating is not None and name not in evaluating:
+                    evaluating[name] = float(value)
+                else:
+                    evaluating = None
+                    pending.setdefault(name, float(value))
             continue
         if row is None:
             continue
@@ -205,9 +237,9 @@ def step_blocks(text: str) -> List[Dict[str, Any]]:
                 mean = sum(nums) / len(nums)
                 row[key] = mean
                 row[f"{key}_std"] = math.sqrt(sum((x - mean) ** 2 for x in nums) / len(nums))
-        for name, value in _PAIR.findall(_LIST.sub("", line)):
+        for name, value in _line_pairs(_LIST.sub("", line)):
             row.setdefault(name, float(value))
-    return [r for r in rows if len(r) >= 2]
+    return [r for r in rows if len(set(r) - {"phase"}) >= 2]
 
 
 _RULE = re.compile(r"^\W*[-=_*]{10,}(?:\\n)?\W*$", re.M)  # a rule line, also as a notebook's JSON string

@@ -53,14 +53,25 @@ PRIORITY = (
         "explained_variance_negative",
     ),
     ("preference_overfit",),
-    ("reward_flat", "task_reward_flat", "updates_too_small", "reward_below_target", "preference_no_learning"),
+    (
+        "reward_flat",
+        "task_reward_flat",
+        "updates_too_small",
+        "reward_below_target",
+        "preference_no_learning",
+        "loss_flat",
+    ),
     ("mode_collapse", "reward_cv_high", "reward_variance_rising", "reward_variance_died", "best_of_n_gap"),
     ("truncation_high", "length_hacking"),
     ("short_history",),
 )
 RANK = {fid: i for i, ids in enumerate(PRIORITY) for fid in ids}
 #: findings that make another one redundant when both fire (the more specific one stays)
-SUPERSEDES = {"reward_collapse": ("reward_flat",), "updates_too_small": ("reward_flat",)}
+SUPERSEDES = {
+    "reward_collapse": ("reward_flat",),
+    "updates_too_small": ("reward_flat",),
+    "preference_no_learning": ("loss_flat",),
+}
 SWEEP_SHARE = 0.5  # a finding on more than this share of a sweep's trials is reported at sweep level
 SWEEP_MIN_TRIALS = 3
 _SIGNAL = {*keys.REWARD, *keys.PREF_MARGIN, *keys.PREF_ACCURACY}  # what an objective is made of

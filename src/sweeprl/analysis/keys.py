@@ -8,6 +8,7 @@ readers (:mod:`sweeprl.analysis.readers`) apply.
 from __future__ import annotations
 
 import math
+import re
 from typing import Any, List, Mapping, Sequence
 
 REWARD = ("reward", "objective/scores")
@@ -146,6 +147,7 @@ VOCABULARY = (
     ("custom", "approx_kl", "policy/approxkl_avg"),
     ("custom", "mean_length", "completions/mean_length"),
     ("custom", "completion_length_mean", "completions/mean_length"),
+    ("custom", "mean_response_length", "completions/mean_length"),
     ("custom", "clipped_ratio", "completions/clipped_ratio"),
     ("custom", "truncation_rate", "completions/clipped_ratio"),
     ("custom", "best_of_n", "reward_best_of_n"),
@@ -164,6 +166,18 @@ VOCABULARY = (
     ("custom", "actor_loss", "loss"),
 )
 ALIASES = {theirs: ours for _, theirs, ours in VOCABULARY}
+
+#: task-success columns that stand in for the reward of a log that has none (hand-written loops log these), and
+#: the share-of-correct phrases such loops print (``Percentage of correct examples: 0.31``)
+REWARD_STAND_INS = ("success_rate", "accuracy", "acc", "answer_accuracy", "pass_rate", "correct_rate")
+_STAND_IN_PHRASE = re.compile(r"(?:percent(?:age)?|fraction|share|rate)_(?:of_)?correct(?:_\w+)?")
+
+
+def stands_in_for_reward(name: str) -> bool:
+    """Is ``name`` (without a ``train_``/``train/`` prefix) a task-success rate that can stand in for a reward?"""
+    return name in REWARD_STAND_INS or _STAND_IN_PHRASE.fullmatch(name) is not None
+
+
 #: step counters, in order of preference (TRL/HF, LLaMA-Factory, wandb, verl/Ray)
 STEP_KEYS = (
     "step",
@@ -231,11 +245,12 @@ def unprefixed(name: str) -> str:
 
 def canonical(name: str) -> str:
     """sweeprl's name for a column: the vocabulary's, after a ``train/`` (or, for a name the vocabulary knows
-    without it, ``train_``) prefix is removed."""
+    without it, ``train_`` or ``rollout_``) prefix is removed."""
     if name.startswith("train/") and name != "train/global_step":
         name = name[len("train/") :]
-    if name.startswith("train_") and name[len("train_") :] in ALIASES:
-        name = name[len("train_") :]
+    for prefix in ("train_", "rollout_"):  # an RL loop's training batch is its rollout
+        if name.startswith(prefix) and (name[len(prefix) :] in ALIASES or name[len(prefix) :] in READ):
+            name = name[len(prefix) :]
     if name not in ALIASES and name.lower() in ALIASES | {k: k for k in READ}:
         name = name.lower()  # ``KL``, ``Reward``
     for suffix in ("_avg", "_mean", "_average"):  # ``rewards_avg``, ``kl_mean``: the averaged quantity itself

@@ -56,8 +56,6 @@ CONDITIONAL = {
     "accuracy": ("rewards/accuracies", "current_steps"),  # LLaMA-Factory's preference stages
     "acc": ("rewards/accuracies", "margins"),  # a preference table's short names
 }
-#: task-success columns that stand in for the reward of a log that has none (hand-written loops log these)
-REWARD_STAND_INS = ("success_rate", "accuracy", "acc", "answer_accuracy", "pass_rate", "correct_rate")
 EVAL_MARKS = {"eval", "evaluation", "val", "valid", "validation", "test"}
 SUMMARY_KEYS = ("train_runtime",)  # HF's end-of-training summary row
 #: columns that hold a quantity in another form: name -> (sweeprl's key, conversion)
@@ -239,7 +237,8 @@ def normalise(rows: Iterable[Dict[str, Any]]) -> Log:
     if not any(k in r for r in train.values() for k in keys.REWARD):  # a task-success rate as the reward
         present = {k for r in train.values() for k in r}
         bare = {k.removeprefix("train_").removeprefix("train/"): k for k in sorted(present, reverse=True)}
-        stand_in = next((bare[n] for n in REWARD_STAND_INS if n in bare), None)
+        ordered = (*keys.REWARD_STAND_INS, *sorted(bare))  # the listed names first, then the phrases
+        stand_in = next((bare[n] for n in ordered if n in bare and keys.stands_in_for_reward(n)), None)
         if stand_in is not None:
             for r in train.values():
                 if stand_in in r:

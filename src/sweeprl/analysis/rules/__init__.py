@@ -24,6 +24,7 @@ from sweeprl.analysis.rules.length import f_length_hacking, f_truncation_high
 from sweeprl.analysis.rules.optimization import (
     f_explained_variance_negative,
     f_grad_norm_spike,
+    f_loss_flat,
     f_loss_oscillation,
     f_loss_spike,
     f_non_finite,
@@ -78,6 +79,7 @@ RULES: tuple[Callable[[View], Optional[Finding]], ...] = (
     f_truncation_high,
     f_preference_overfit,
     f_preference_no_learning,
+    f_loss_flat,
     f_short_history,
 )
 FINDING_IDS = tuple(fn.__name__[2:] for fn in RULES)

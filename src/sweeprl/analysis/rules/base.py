@@ -335,11 +335,11 @@ def first_sustained(mask: np.ndarray, k: int) -> Optional[int]:
     return last[0] if last[1] == len(mask) else runs[0][0]
 
 
-def shape(v: View) -> Dict[str, float]:
-    """The reward's coarse shape from 10 block means: start, peak (and its step), late level, gain, and the
-    reward's scale: the range the curve spans, at least 1 when every reward lies in [0, 1] (pass rates,
+def shape(v: View, curve: Optional[Curve] = None) -> Dict[str, float]:
+    """The reward's (or ``curve``'s) coarse shape from 10 block means: start, peak (and its step), late level,
+    gain, and the scale: the range the curve spans, at least 1 when every value lies in [0, 1] (pass rates,
     fractions: a run stuck at 0.04 has not learned, however small its own range)."""
-    r = v.reward
+    r = v.reward if curve is None else curve
     blocks = r.blocks(10)
     start, late = float(blocks.values[0]), float(blocks.values[-1])
     if blocks.n >= 4:

@@ -9,7 +9,17 @@ import numpy as np
 
 from sweeprl.analysis import keys
 from sweeprl.analysis.curves import Curve, noise_per_step
-from sweeprl.analysis.rules.base import Finding, View, first_sustained, level_test, shape, spike_points
+from sweeprl.analysis.rules.base import (
+    Finding,
+    View,
+    evidence_confidence,
+    first_sustained,
+    level_test,
+    pval,
+    shape,
+    spike_points,
+    trend_test,
+)
 from sweeprl.formatting import num
 
 
@@ -76,6 +86,20 @@ def f_non_finite(v: View) -> Optional[Finding]:
     )
 
 
+def _excursion(x: np.ndarray, i: int) -> float:
+    """How far point ``i`` sits above the median of the 20 points before it."""
+    return float(x[i] - np.median(x[max(0, i - 20) : i]))
+
+
+def _unprecedented(x: np.ndarray, i: int, window: int = 50) -> bool:
+    """Point ``i`` rises above its running level twice as far as any of the ``window`` points before it did. A
+    loss over a few pairs or samples a step is heavy-tailed (one misordered pair of three lifts a DPO loss of 0.02
+    to 0.7): its robust noise is small, yet such jumps come back every few dozen steps, and one a little larger
+    than the ones before is the same noise, not an update that broke the model."""
+    before = [_excursion(x, j) for j in range(max(1, i - window), i)]
+    return not before or _excursion(x, i) > 2 * max(max(before), 0.0)
+
+
 def _loss_spikes(v: View, c: Curve) -> tuple[List[int], float]:
     """(indices, largest ratio) of loss spikes, judged by the loss's sign and scale."""
     x, n = c.values, c.n
@@ -113,7 +137,7 @@ def _loss_spikes(v: View, c: Curve) -> tuple[List[int], float]:
         after = float(np.median(x[i + 1 : i + 3])) if i + 1 < n else -math.inf
         lasting = after > level + 0.5 * (x[i] - level) and after - level > 2 * local
         big = rise > max(3 * usual, th.loss_jump * level) and x[i] > (1 + th.loss_jump) * level
-        if level > 0 and big and (x[i] - level > 5 * local or lasting):
+        if level > 0 and big and ((x[i] - level > 5 * local and _unprecedented(x, i)) or lasting):
             out.append(i)
             ratio = max(ratio, (x[i] - level) / (th.loss_jump * level))  # in units of the jump threshold
     return out, ratio
@@ -135,14 +159,24 @@ def f_loss_spike(v: View) -> Optional[Finding]:
         for j in idx[:3]
     )
     surrogate = signed_ratio > 1.0  # a policy-gradient loss measures no progress: the reward judges the harm
-    if surrogate and v.reward.n >= 6 and not _harmed(v, float(c.steps[i]), float(c.steps[idx[-1]])):
+    # a preference loss over a few pairs a step: one misordered pair lifts it for a step; the margin judges the harm
+    if surrogate:
+        progress, what = v.reward, "reward"
+        harmed = _harmed(v, float(c.steps[i]), float(c.steps[idx[-1]]))
+    else:
+        margin = v.c(keys.PREF_MARGIN)
+        progress, what = (margin, "margin") if margin else (v.c(keys.PREF_ACCURACY), "pair accuracy")
+        harmed = progress.n < 6 or not _pairs_held(v, progress, [float(c.steps[j]) for j in idx])
+    if progress.n >= 6 and not harmed:
         return Finding(
             "loss_spike",
             "info",
-            f"{len(idx)} loss spike(s) against a typical |loss| of {num(before, 4)}: {jumps}; the reward went on as "
-            "before",
+            f"{len(idx)} loss spike(s) against a typical |loss| of {num(before, 4)}: {jumps}; the {what} went on "
+            "as before",
             v.steps(c, idx),
-            "an outlier batch (a few groups with extreme advantages or ratios); gradient clipping held it",
+            "an outlier batch (a few groups with extreme advantages or ratios); gradient clipping held it"
+            if surrogate
+            else "an outlier batch (a few pairs the policy ranks the wrong way); the next updates went on as before",
             v.rec("Nothing to change unless spikes recur; the samples at those steps show what caused them."),
             confidence=0.6,
             onset=int(c.steps[i]),
@@ -162,6 +196,43 @@ def f_loss_spike(v: View) -> Optional[Finding]:
         ),
         confidence=v.confidence(ratio, signed_ratio, 0.75 if len(idx) > 1 else 0.65),
         onset=int(c.steps[i]),
+    )
+
+
+def f_loss_flat(v: View) -> Optional[Finding]:
+    """A log whose only measure of learning is a positive loss (no reward or preference column: a trainer's
+    ``Step | Training Loss`` table of a preference or fine-tuning run) where the loss did not fall: no downward
+    trend, and its last fifth less than 5 % below its first beyond the loss's noise (the confidence is that test's
+    1 - p). Policy-gradient surrogates are skipped: they sit near 0 on a healthy run."""
+    if v.algo in ("grpo", "rloo", "ppo") or v.reward or v.c(keys.PREFERENCE):
+        return None
+    loss = v.c(("loss",))
+    if loss.n < 8 or float(loss.values.min()) <= 0:
+        return None
+    z, p_fall = trend_test(v, loss)
+    if z is None or (z < 0 and p_fall < 0.05):
+        return None
+    first, last = loss.early(0.2), loss.late(0.2)
+    tolerance = 0.05 * first.mean()  # a fall of 5 % is learning, however slow
+    p = level_test(loss, Curve(last.steps, last.values + tolerance), first)[1]
+    if p >= 0.05 or last.mean() > first.mean() + tolerance:  # not shown flat, or rising: not this finding
+        if p < 0.5:
+            v.weak.append(f"loss_flat: the loss moved {num(last.mean() - first.mean(), 3)}, not shown within 5 %")
+        return None
+    return Finding(
+        "loss_flat",
+        "warning",
+        f"the loss, the only measure of learning in this log, did not fall: {num(first.mean(), 4)} over the first "
+        f"fifth, {num(last.mean(), 4)} over the last ({loss.n} logged steps; less than a 5 % fall, {pval(p)}; "
+        f"Mann-Kendall z={z:.1f})",
+        [],
+        "the updates do not change what the model is trained on: adapters frozen or not attached, a learning rate "
+        "far too low for this set-up, or a loss term whose weight (a preference loss's beta) leaves it no gradient",
+        v.rec(
+            "Check that the trainable parameters receive gradients (a non-zero grad norm), then raise the learning "
+            "rate or the weight of the trained term; log a reward, margin or accuracy to tell which."
+        ),
+        confidence=evidence_confidence(p, v.short),
     )
 
 
@@ -209,6 +280,26 @@ def _harmed(v: View, first: float, last: float) -> bool:
         drop = float(before.late(0.5).mean() - after.mean())
         harm = harm or (level_test(r, before.late(0.5), after)[1] < 0.05 and drop >= v.th.flat_gain * shape(v)["scale"])
     return harm
+
+
+def _pairs_held(v: View, progress: Curve, spikes: List[float]) -> bool:
+    """Did a preference loss's spikes leave the ranking as it was? No NaN after them, and after each spike the
+    margin (pair accuracy) of the next 10 steps not below the 20 steps before it beyond its noise and
+    by ``flat_gain`` of its scale. A harmful update shows at once; a few misordered pairs of a small batch leave
+    the next steps as they were. A spike at an end of the log (no step after it) is not shown harmless."""
+    if keys.non_finite_steps([x for x in v.records if x.get("step", 0) > spikes[0]]):
+        return False
+    scale = shape(v, progress)["scale"]
+    for s in spikes:
+        at = int(np.searchsorted(progress.steps, s, side="right"))
+        before = Curve(progress.steps[max(0, at - 21) : at - 1], progress.values[max(0, at - 21) : at - 1])
+        after = Curve(progress.steps[at : at + 10], progress.values[at : at + 10])
+        if before.n < 3 or not after:
+            return False
+        drop = before.mean() - after.mean()
+        if level_test(progress, before, after, tests=len(spikes))[1] < 0.05 and drop >= v.th.flat_gain * scale:
+            return False
+    return True
 
 
 def _spike_finding(v: View, fid: str, names, what: str, cause: str, rec) -> Optional[Finding]:
