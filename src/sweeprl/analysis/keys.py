@@ -137,6 +137,7 @@ VOCABULARY = (
     ("custom", "grpo_loss", "loss"),
     ("custom", "loss_kl", "kl"),
     ("custom", "kl_div", "kl"),
+    ("custom", "kl_divergence", "kl"),
     ("custom", "policy_entropy_mean", "entropy"),
     ("custom", "entropy_mean", "entropy"),
     ("custom", "value_loss", "loss/value_avg"),
