@@ -205,6 +205,10 @@ def test_a_loss_only_log_is_judged_by_its_loss_only_when_nothing_else_measures_l
     flat = {"loss": 0.072 + g.normal(0, 0.002, N)}
     assert "loss_flat" not in diagnose(healthy(**flat)).ids()  # the reward judges a GRPO run
     assert "loss_flat" not in diagnose(RunHistory("dpo.log", records({**flat, "rewards/chosen": T}))).ids()
+    run = CASES["loss_flat"]()  # the same table with a learning rate still rising: no verdict yet
+    run.records = [dict(r, learning_rate=1e-6 * (i + 1)) for i, r in enumerate(run.records)]
+    d = diagnose(run)
+    assert "loss_flat" not in d.ids() and any("warming up" in w for w in d.not_enough_evidence)
     f = next(f for f in diagnose(CASES["loss_flat"]()).findings if f.id == "loss_flat")
     assert f.severity == "warning" and not f.recommendation["changes"]  # no evidence about the update size
     assert "p=" in f.evidence and f.confidence >= 0.8

@@ -415,6 +415,13 @@ def policy_still(v: View) -> Optional[str]:
     return f"KL to the reference at most {num(peak, 2)}" if peak < v.th.approx_kl_small else None
 
 
+def warming_up(v: View) -> bool:
+    """The logged learning rate is still rising at the end (above every value of the log's first half): the run
+    is in its warm-up, where a loss that has not moved yet is no verdict."""
+    lr = v.c(("learning_rate",))
+    return lr.n >= 3 and float(lr.values[-1]) > float(lr.values[: max(1, lr.n // 2)].max()) * 1.01
+
+
 def before_learning(v: View, onset: Optional[int]) -> bool:
     """Whether a problem that began at step ``onset`` began early, before the reward had gained
     ``flat_gain`` of its scale: the first updates broke the policy, so the learning rate is far too high, not

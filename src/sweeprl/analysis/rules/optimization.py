@@ -19,6 +19,7 @@ from sweeprl.analysis.rules.base import (
     shape,
     spike_points,
     trend_test,
+    warming_up,
 )
 from sweeprl.formatting import num
 
@@ -215,9 +216,15 @@ def f_loss_flat(v: View) -> Optional[Finding]:
     first, last = loss.early(0.2), loss.late(0.2)
     tolerance = 0.05 * first.mean()  # a fall of 5 % is learning, however slow
     p = level_test(loss, Curve(last.steps, last.values + tolerance), first)[1]
-    if p >= 0.05 or last.mean() > first.mean() + tolerance:  # not shown flat, or rising: not this finding
+    if last.mean() > first.mean() + tolerance:  # rising: not this finding
+        return None
+    went = f"loss_flat: the loss went {num(first.mean(), 4)} -> {num(last.mean(), 4)}"
+    if warming_up(v):
+        v.weak.append(f"{went}, but the learning rate is still warming up")
+        return None
+    if p >= 0.05:
         if p < 0.5:
-            v.weak.append(f"loss_flat: the loss moved {num(last.mean() - first.mean(), 3)}, not shown within 5 %")
+            v.weak.append(f"{went}, not shown within 5 % of the first fifth ({pval(p)})")
         return None
     return Finding(
         "loss_flat",

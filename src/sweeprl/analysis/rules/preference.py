@@ -26,6 +26,7 @@ from sweeprl.analysis.rules.base import (
     level_test,
     pval,
     trend_test,
+    warming_up,
 )
 from sweeprl.formatting import num
 
@@ -212,7 +213,7 @@ def f_preference_no_learning(v: View) -> Optional[Finding]:
             confidence=0.95,
         )
     lr = v.c(("learning_rate",))
-    warming = lr.n >= 3 and float(lr.values[-1]) > float(lr.values[: max(1, lr.n // 2)].max()) * 1.01
+    warming = warming_up(v)
     if warming and loss.n < SHORT:  # a handful of warm-up steps: ln 2 is where DPO starts, not a verdict
         v.weak.append(f"preference_no_learning: {'; '.join(bits)}, but these are {loss.n} warm-up steps")
         return None
