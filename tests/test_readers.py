@@ -84,6 +84,10 @@ def test_prose_metrics_before_their_step_line_and_an_evaluation_block(tmp_path):
     assert [(r["step"], r["reward"]) for r in log.train] == [(0, 0.066), (1, 0.043), (2, 0.102)]
     assert log.eval == [{"step": 0.0, "percentage_of_correct_examples": 0.041}]
     assert "percentage_of_correct_examples" in log.used
+    # a step line with metrics of its own is a train line, whatever else it says
+    inline = "".join(f"Step {i} | loss: 0.5 | validation set cached\nreward: {i / 10}\nkl: 0.01\n" for i in (1, 2, 3))
+    log = readers.read(write(tmp_path, "inline.log", inline))
+    assert [r["reward"] for r in log.train] == [0.1, 0.2, 0.3] and not log.eval
 
 
 def test_a_logger_line_per_step_without_a_step_number_and_totals_over_a_count(tmp_path):

@@ -159,7 +159,16 @@ def phrase_lines(text: str) -> List[Dict[str, Any]]:
 
 
 _STEP_HEAD = re.compile(r"(?:^|[\s|,\[])(?:step|iter(?:ation)?)\s*[:=]?\s*(\d+)\b\]?", re.I)
-_EVAL_HEAD = re.compile(r"\beval|validat", re.I)  # a step line that opens an evaluation ("Evaluating...")
+_EVAL_WORD = re.compile(r"\b(?:eval(?:uat(?:e|es|ing|ion))?|validat(?:e|es|ing|ion))\b", re.I)
+
+
+def _opens_eval(line: str) -> bool:
+    """A step line that announces an evaluation (``Iteration 5, Evaluating...``) and holds no metric itself: a
+    train line that also prints ``eval_loss=`` or ``validation loss: x`` stays a train line."""
+    counters = ("step", "iter", "iteration", "epoch")
+    return bool(_EVAL_WORD.search(line)) and all(n.lower() in counters for n, _ in _PAIR.findall(line))
+
+
 _PROSE = re.compile(rf"^\s*([A-Za-z]+(?: [A-Za-z]+)+)\s*:\s*({_NUMBER})\s*$")  # "Percentage of correct examples: 0.3"
 
 
@@ -209,14 +218,14 @@ def step_blocks(text: str) -> List[Dict[str, Any]]:
         if stepless and _LIST.search(line):
             row = {"step": float(len(rows) + 1)}
             rows.append(row)
-        elif head and before and _EVAL_HEAD.search(line):
+        elif head and before and _opens_eval(line):
             # its values follow it, up to a name it already has: the next step's values, printed before that step
             evaluating = {"step": float(head.group(1)), "phase": "eval"}
             rows.append(evaluating)
             continue
         elif head:
             row = {"step": float(head.group(1)), **pending}
-            row.update({"phase": "eval"} if _EVAL_HEAD.search(line) else {})
+            row.update({"phase": "eval"} if _opens_eval(line) else {})
             pending, evaluating = {}, None
             rows.append(row)
             line = line[: head.start()] + " " + line[head.end() :]
