@@ -209,9 +209,36 @@ def test_a_loss_only_log_is_judged_by_its_loss_only_when_nothing_else_measures_l
     run.records = [dict(r, learning_rate=1e-6 * (i + 1)) for i, r in enumerate(run.records)]
     d = diagnose(run)
     assert "loss_flat" not in d.ids() and any("warming up" in w for w in d.not_enough_evidence)
+    drift = 0.691 - 0.008 * np.arange(500) / 499 + g.normal(0, 0.008, 500)  # a 1 % drift: a trend, not learning
+    assert "loss_flat" in diagnose(RunHistory("table.log", records({"loss": drift}, n=500))).ids()
     f = next(f for f in diagnose(CASES["loss_flat"]()).findings if f.id == "loss_flat")
     assert f.severity == "warning" and not f.recommendation["changes"]  # no evidence about the update size
     assert "p=" in f.evidence and f.confidence >= 0.8
+
+
+def test_length_and_reward_that_both_grow_are_hacking_only_when_they_move_together_step_by_step():
+    """Reasoning that grows longer as the answers get better: reward and length both rise over the run, each with
+    its own batch-to-batch noise. A reward paid for length: the steps whose completions ran longer score higher."""
+    g = np.random.default_rng(21)
+    length = 200 * (1 + T / N) + g.normal(0, 15, N)
+    learning = healthy(**{"completions/mean_length": length})  # its reward rises with noise of its own
+    d = diagnose(learning)
+    assert "length_hacking" not in d.ids()
+    assert any(
+        w.startswith("length_hacking: reward and completion length rose together") for w in d.not_enough_evidence
+    )
+    paid = healthy(reward=0.002 * length + g.normal(0, 0.02, N), **{"completions/mean_length": length})
+    assert "length_hacking" in diagnose(paid).ids()
+
+
+def test_a_tiny_steady_rise_at_the_floor_of_a_0_1_reward_is_still_flat():
+    """0.041 -> 0.047 over 60 steps rises beyond the noise, but nearly every group still scores all zeros: no
+    signal. The same steady rise in the middle of the scale is a slow learner, not a flat reward."""
+    g = np.random.default_rng(22)
+    floor = 0.041 + 0.006 * T / N + g.normal(0, 0.002, N)
+    assert "reward_flat" in diagnose(healthy(reward=floor, reward_std=None)).ids()
+    middle = diagnose(healthy(reward=floor + 0.4, reward_std=None))
+    assert "reward_flat" not in middle.ids() and any("rises steadily" in w for w in middle.not_enough_evidence)
 
 
 def test_every_finding_id_has_a_case():

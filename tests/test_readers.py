@@ -90,6 +90,30 @@ def test_prose_metrics_before_their_step_line_and_an_evaluation_block(tmp_path):
     assert [r["reward"] for r in log.train] == [0.1, 0.2, 0.3] and not log.eval
 
 
+def test_a_log_of_numbered_evaluations_only_is_read_as_the_runs_curve(tmp_path):
+    """trlx's notebook output prints no training statistics, only ``Evaluation #k reward/mean: x`` (with rich's
+    colour codes): those evaluations are the run's curve, and the reading says so."""
+    text = "".join(
+        f"[RANK 0] Evaluating model\nEvaluation #{k} reward/mean: {0.4 * k:.2f}   \x1b[0m\n" for k in range(6)
+    )
+    log = readers.read(write(tmp_path, "trlx.log", text))
+    assert log.format == "console_evals" and log.eval_only and not log.eval
+    assert [(r["step"], r["reward"]) for r in log.train] == [(0, 0.0), (1, 0.4), (2, 0.8), (3, 1.2), (4, 1.6), (5, 2.0)]
+    mixed = readers.read(write(tmp_path, "mixed.log", TRL_DICTS))  # a log with training records keeps them apart
+    assert not mixed.eval_only and mixed.eval
+
+
+def test_space_separated_names_and_numbers(tmp_path):
+    """A hand-written loop that prints ``pass 1/4 step 3/128 lr 5.000e-06 reward 0.055``: no ``:`` or ``=``, the
+    names and numbers alternate; a sentence with a number in it is no record."""
+    text = "Loading weights 100 of the model\n" + "".join(
+        f"pass 1/4 step {i}/128 lr {5e-6 * (1 - i / 128):.3e} reward {0.04 + i / 1000:.3f}\n" for i in range(1, 7)
+    )
+    log = readers.read(write(tmp_path, "loop.log", text))
+    assert [r["step"] for r in log.train] == [1, 2, 3, 4, 5, 6]
+    assert log.train[0]["reward"] == 0.041 and log.train[5]["learning_rate"] == pytest.approx(4.766e-6)
+
+
 def test_a_logger_line_per_step_without_a_step_number_and_totals_over_a_count(tmp_path):
     """A hand-written loop's logger prints the same ``key: value, ...`` set each step, with a dict of totals; the
     example completions printed between (their own one-sample ``reward`` dicts) are not steps."""

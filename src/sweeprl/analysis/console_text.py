@@ -172,13 +172,22 @@ def _opens_eval(line: str) -> bool:
 _PROSE = re.compile(rf"^\s*([A-Za-z]+(?: [A-Za-z]+)+)\s*:\s*({_NUMBER})\s*$")  # "Percentage of correct examples: 0.3"
 
 
+_SPACED = re.compile(rf"([A-Za-z_][\w./@-]*)\s+({_NUMBER})(?:/\d+)?(?=\s|$)")  # "step 3/128 lr 5e-06 reward 0.05"
+
+
 def _line_pairs(line: str) -> List[Tuple[str, str]]:
     """A line's ``name: value`` pairs; a whole line of ``Words of a phrase: value`` is one pair named by the
     phrase (``percentage_of_correct_examples``) unless its last word is a metric sweeprl reads (``Average
-    Reward: 0.7`` is the reward)."""
+    Reward: 0.7`` is the reward). A line with no ``:`` or ``=`` that alternates names and numbers (``pass 1/4 step
+    1/128 lr 5e-06 reward 0.055``) gives its ``name value`` pairs."""
     m = _PROSE.match(line)
     if m and keys.canonical(m.group(1).split()[-1].lower()) not in keys.READ:
         return [("_".join(m.group(1).lower().split()), m.group(2))]
+    if ":" not in line and "=" not in line:
+        pairs = _SPACED.findall(line)
+        tokens = [t for t in line.split() if not re.fullmatch(r"/\d+", t)]  # a removed counter's "/128" aside
+        if len(pairs) >= 2 and len(pairs) * 2 >= len(tokens):  # names and numbers, not a sentence
+            return pairs
     return _PAIR.findall(line)
 
 
@@ -251,6 +260,21 @@ def step_blocks(text: str) -> List[Dict[str, Any]]:
     return [r for r in rows if len(set(r) - {"phase"}) >= 2]
 
 
+_EVAL_COUNTER = re.compile(r"\b(?:eval(?:uation)?|validation)\s*#\s*(\d+)", re.I)
+
+
+def eval_lines(text: str) -> List[Dict[str, Any]]:
+    """A trainer that prints only its evaluations, numbered (trlx: ``Evaluation #3 reward/mean: 0.78``): one
+    evaluation record per such line."""
+    rows = []
+    for line in text.splitlines():
+        m = _EVAL_COUNTER.search(line)
+        pairs = _PAIR.findall(line[m.end() :]) if m else []
+        if m and pairs:
+            rows.append({"step": float(m.group(1)), "phase": "eval", **{k: float(v) for k, v in pairs}})
+    return rows
+
+
 _RULE = re.compile(r"^\W*[-=_*]{10,}(?:\\n)?\W*$", re.M)  # a rule line, also as a notebook's JSON string
 
 
@@ -313,5 +337,6 @@ READERS: Tuple[Tuple[Callable[[str], List[Dict[str, Any]]], str], ...] = (
     (phrase_lines, "console_phrases"),
     (step_blocks, "console_steps"),
     (separated_blocks, "console_blocks"),
+    (eval_lines, "console_evals"),
     (table_lines, "table"),
 )

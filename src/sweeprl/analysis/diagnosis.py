@@ -279,6 +279,7 @@ def summary(run: RunHistory, algo: Optional[str] = None, n_windows: int = 8) -> 
             "used": run.used,
             "ignored": run.ignored,
             "eval_points": len(run.eval_records),
+            "eval_only": run.eval_only,
             # the reward-like columns only the evaluation records have
             "eval_signal": sorted(
                 {k for r in run.eval_records for k in r if k in _SIGNAL} - {k for r in recs for k in r}
@@ -324,6 +325,7 @@ def to_markdown(d: Diagnosis) -> str:
             + (f" ({columns['framework']} names)" if columns.get("framework") else "")
             + f": {len(columns['used'])} columns used ({shown})"
             + (f"; {columns['eval_points']} eval points, read on their own" if columns.get("eval_points") else "")
+            + ("; the log holds evaluations only, read as the run's curve" if columns.get("eval_only") else "")
             + ".",
         ]
         if columns["ignored"]:

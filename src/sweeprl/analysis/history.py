@@ -38,6 +38,7 @@ class RunHistory:
     used: List[str] = field(default_factory=list)  # the columns the diagnosis read
     ignored: List[str] = field(default_factory=list)  # numeric columns it did not
     named_algo: Optional[str] = None  # the algorithm the log's own text names (:func:`named_algo`)
+    eval_only: bool = False  # the log holds evaluation records only, read as the run's curve
 
 
 def infer_algo(records: List[Dict[str, float]]) -> Optional[str]:
@@ -95,6 +96,7 @@ def _from_log(source: str, log: "readers.Log") -> RunHistory:
         framework=log.framework,
         used=log.used,
         ignored=log.ignored,
+        eval_only=log.eval_only,
     )
 
 

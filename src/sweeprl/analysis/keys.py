@@ -117,6 +117,8 @@ VOCABULARY = (
     ("tinker", "optim/entropy", "entropy"),
     ("tinker", "optim/lr", "learning_rate"),
     ("tinker", "env/all/by_group/frac_mixed", "env/all/by_group/frac_mixed"),  # 1 - frac_reward_zero_std
+    # trlx (its notebook output prints the evaluations: ``Evaluation #3 reward/mean: 0.78``)
+    ("trlx", "reward/mean", "reward"),
     # mlx-lm (``Iter 31: Train loss 0.002, Chosen reward -5.4, ...``)
     ("mlx", "chosen_reward", "rewards/chosen"),
     ("mlx", "rejected_reward", "rewards/rejected"),

@@ -14,8 +14,9 @@ Every record is given a step: the first of :data:`sweeprl.analysis.keys.STEP_KEY
 ``current_steps``, wandb's ``_step`` ...), else its position. Evaluation is kept apart from training: a record
 marked ``phase``/``split``/``mode`` = eval, and keys prefixed ``eval_``, ``eval/``, ``val/``, ``val-core/`` or
 ``test/``, go to the eval records (prefix removed). Records at the same step are merged (a later value of the
-same key wins), so an eval row can no longer replace the train row of its step. HF's end-of-training summary
-row (``train_runtime``) is dropped. Names are mapped with :data:`sweeprl.analysis.keys.ALIASES` (and a
+same key wins), so an eval row can no longer replace the train row of its step; a log of evaluations only
+(trlx's notebook output) is read as the run's curve, and says so (:attr:`Log.eval_only`). HF's end-of-training
+summary row (``train_runtime``) is dropped. Names are mapped with :data:`sweeprl.analysis.keys.ALIASES` (and a
 ``train/`` prefix is removed); what was read and what was ignored is reported in :class:`Log`.
 
 A file may hold several runs (:func:`split_runs`): W&B's panel export has one ``<run> - <metric>`` column per run,
@@ -81,6 +82,7 @@ class Log:
     used: List[str] = field(default_factory=list)  # original column names mapped to a key sweeprl reads
     ignored: List[str] = field(default_factory=list)  # numeric columns no rule reads (bookkeeping excluded)
     run: Optional[str] = None  # which run of the file, when it holds several
+    eval_only: bool = False  # the file holds evaluation records only: they are the run's curve
 
 
 # ------------------------------------------------------------------------------------------ parsing
@@ -234,6 +236,8 @@ def normalise(rows: Iterable[Dict[str, Any]]) -> Log:
             seen.setdefault(name, key)
             target = (evals if to_eval else train).setdefault(step, {"step": step})
             target[key] = num
+    eval_only = not train and bool(evals)  # a trainer that prints only its evaluations: read them as the curve
+    train, evals = (evals, {}) if eval_only else (train, evals)
     if not any(k in r for r in train.values() for k in keys.REWARD):  # a task-success rate as the reward
         present = {k for r in train.values() for k in r}
         bare = {k.removeprefix("train_").removeprefix("train/"): k for k in sorted(present, reverse=True)}
@@ -258,6 +262,7 @@ def normalise(rows: Iterable[Dict[str, Any]]) -> Log:
     return Log(
         train=[train[s] for s in sorted(train)],
         eval=[evals[s] for s in sorted(evals)],
+        eval_only=eval_only,
         framework=fw[0] if len(fw) == 1 else None,
         used=used,
         ignored=ignored,

@@ -12,6 +12,9 @@ from sweeprl.analysis import keys
 from sweeprl.analysis.rules.base import Finding, View, flat_shape, policy_moved
 from sweeprl.formatting import num
 
+#: correlation of the step-to-step changes of reward and completion length above which the reward pays for length
+LENGTH_PAID = 0.2
+
 
 def f_length_hacking(v: View) -> Optional[Finding]:
     """The reward is earned through length (reward and length move together), or the completions grow to twice
@@ -23,13 +26,25 @@ def f_length_hacking(v: View) -> Optional[Finding]:
     rel = float(late / max(early, 1e-9) - 1)
     pairs = [(r.get("reward", r.get("objective/scores")), r.get("completions/mean_length")) for r in v.records]
     pairs = [(a, b) for a, b in pairs if a is not None and b is not None and math.isfinite(a) and math.isfinite(b)]
-    corr = 0.0
+    corr = steps_corr = 0.0
     if len(pairs) >= 6:
         r, length = np.array(pairs).T
         if r.std() > 1e-9 and length.std() > 1e-9:
             corr = float(np.corrcoef(r, length)[0, 1])
+        dr, dl = np.diff(r), np.diff(length)
+        if dr.std() > 1e-9 and dl.std() > 1e-9:
+            steps_corr = float(np.corrcoef(dr, dl)[0, 1])
     drift = rel >= 1.0 and v.reward.n >= 5 and flat_shape(v) is not None
     if (abs(corr) < v.th.length_corr or abs(rel) < v.th.length_change) and not drift:
+        return None
+    # a reward paid for length rises on the steps whose completions ran longer; a policy that learns to reason at
+    # greater length shows both rising over the run, with no such step-to-step link
+    if corr > 0 and not drift and steps_corr < LENGTH_PAID:
+        v.weak.append(
+            f"length_hacking: reward and completion length rose together (correlation {corr:+.2f}, length "
+            f"{num(early, 3)} -> {num(late, 3)}), but their step-to-step changes do not move together "
+            f"({steps_corr:+.2f}): both follow the training, the reward does not pay for length"
+        )
         return None
     evidence = f"mean completion length {num(early, 3)} -> {num(late, 3)} ({rel:+.0%})"
     return Finding(

@@ -207,7 +207,10 @@ def f_reward_flat(v: View) -> Optional[Finding]:
     if s is None:
         return None
     z, p = trend_test(v, v.reward)
-    if z is not None and z > 0 and p < 0.05:  # a rise beyond the noise is learning, not a flat reward
+    pinned = v.reward.values.min() >= 0 and v.reward.values.max() <= 1 and not 0.05 < s["late"] < 0.95
+    # a rise beyond the noise is learning, not a flat reward; but one of under flat_gain that leaves a [0, 1]
+    # reward at its floor or ceiling still gives (almost) every group one score: no signal
+    if z is not None and z > 0 and p < 0.05 and not pinned:
         v.weak.append(
             f"reward_flat: the reward moved little ({num(s['start'], 3)} -> {num(s['late'], 3)}) but rises steadily "
             f"(Mann-Kendall z={z:.1f}, {pval(p)})"
