@@ -241,6 +241,30 @@ def test_a_tiny_steady_rise_at_the_floor_of_a_0_1_reward_is_still_flat():
     assert "reward_flat" not in middle.ids() and any("rises steadily" in w for w in middle.not_enough_evidence)
 
 
+def test_a_dpo_loss_that_drifts_a_few_thousandths_below_ln2_has_learned_no_preference():
+    """Three epochs at a decaying learning rate: the loss 0.6934 -> 0.6904 (a significant trend, under 1 % of
+    ln 2), margins of a few thousandths, pair accuracy 0.57. A loss that fell to 0.65 with margins at 0.3 and
+    accuracy 0.7 is slow learning, not this."""
+    g = np.random.default_rng(23)
+    t = T / N
+    stuck = dpo(
+        loss=0.6934 - 0.003 * t + g.normal(0, 0.0005, N),
+        **{
+            "rewards/margins": 0.001 + 0.006 * t + g.normal(0, 0.001, N),
+            "rewards/accuracies": 0.5 + 0.07 * t + g.normal(0, 0.03, N),
+        },
+    )
+    assert "preference_no_learning" in diagnose(stuck).ids()
+    slow = dpo(
+        loss=0.693 - 0.045 * t + g.normal(0, 0.003, N),
+        **{
+            "rewards/margins": 0.3 * t + g.normal(0, 0.01, N),
+            "rewards/accuracies": 0.5 + 0.2 * t + g.normal(0, 0.03, N),
+        },
+    )
+    assert "preference_no_learning" not in diagnose(slow).ids()
+
+
 def test_every_finding_id_has_a_case():
     assert set(CASES) == set(FINDING_IDS)
 

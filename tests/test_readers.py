@@ -90,6 +90,16 @@ def test_prose_metrics_before_their_step_line_and_an_evaluation_block(tmp_path):
     assert [r["reward"] for r in log.train] == [0.1, 0.2, 0.3] and not log.eval
 
 
+def test_a_hand_written_dpo_loops_train_and_val_columns(tmp_path):
+    text = "step,train_loss,train_reward_margin,train_reward_accuracy,val_loss,val_reward_margin\n"
+    text += "".join(
+        f"{5 * i},{0.69 / (i + 1)},{2.0 * i},{min(1.0, 0.5 + 0.1 * i)},{0.7 / (i + 1)},{1.5 * i}\n" for i in range(6)
+    )
+    log = readers.read(write(tmp_path, "dpo.csv", text))
+    assert [r["rewards/margins"] for r in log.train] == [0.0, 2.0, 4.0, 6.0, 8.0, 10.0]
+    assert log.train[1]["rewards/accuracies"] == 0.6 and log.eval[2]["rewards/margins"] == 3.0
+
+
 def test_a_log_of_numbered_evaluations_only_is_read_as_the_runs_curve(tmp_path):
     """trlx's notebook output prints no training statistics, only ``Evaluation #k reward/mean: x`` (with rich's
     colour codes): those evaluations are the run's curve, and the reading says so."""
@@ -236,6 +246,12 @@ def test_the_vocabulary_maps_each_foreign_name_to_one_key():
         assert ours in keys.READ or ours in readers.DERIVED, (framework, theirs, ours)
 
 
+#: corpus files with fewer than 5 training records, and why (read all the same, then told their history is short)
+FEW_RECORDS = {
+    "medicalgpt_qwen15b_grpo_smoke": "a 14-step smoke run: one TRL step dict; its per-step rewards are debug lists",
+}
+
+
 def test_every_file_of_the_real_run_corpus_is_read():
     from conftest import REPO
 
@@ -244,7 +260,7 @@ def test_every_file_of_the_real_run_corpus_is_read():
         label = json.loads(line)
         run = max(load_runs(str(corpus / label["file"])), key=lambda r: len(r.records))  # a file may hold several
         assert run.records and run.used, label["id"]
-        assert len(run.records) >= 5, (label["id"], len(run.records))
+        assert len(run.records) >= 5 or label["id"] in FEW_RECORDS, (label["id"], len(run.records))
 
 
 WANDB_PANEL = (

@@ -140,6 +140,8 @@ VOCABULARY = (
     ("custom", "loss_kl", "kl"),
     ("custom", "kl_div", "kl"),
     ("custom", "kl_divergence", "kl"),
+    ("custom", "reward_margin", "rewards/margins"),  # a hand-written DPO loop's train_/val_ columns
+    ("custom", "reward_accuracy", "rewards/accuracies"),
     ("custom", "policy_entropy_mean", "entropy"),
     ("custom", "entropy_mean", "entropy"),
     ("custom", "value_loss", "loss/value_avg"),
