@@ -811,6 +811,16 @@ def test_a_collapse_after_learning_still_lowers_the_learning_rate_and_ppo_names_
     assert changes(diagnose(truncated_from_the_start), "truncation_high")["max_completion_length"]["factor"] == 2.0
 
 
+def test_truncation_that_falls_as_the_reward_rises_is_a_policy_learning_to_finish_not_a_warning():
+    noise = np.random.default_rng(21).normal(0, 0.02, N)
+    falling = {"completions/clipped_ratio": 0.65 - 0.35 * T / N + noise}  # 65 % cut off at first, 30 % at the end
+    finding = next(f for f in diagnose(healthy(**falling)).findings if f.id == "truncation_high")
+    assert finding.severity == "info" and "down from" in finding.evidence and "the reward rose" in finding.evidence
+    assert changes(diagnose(healthy(**falling)), "truncation_high")["max_completion_length"]["direction"] == "increase"
+    flat = healthy(reward=0.3 + np.random.default_rng(3).normal(0, 0.005, N), **falling)  # fewer cut off, no gain
+    assert next(f for f in diagnose(flat).findings if f.id == "truncation_high").severity == "warning"
+
+
 def prompt_noise_run(kl_level, n=40, seed=5):
     """A run whose reward and entropy move only with the prompts drawn (2 per step, from problems of different
     difficulty), with the KL to the reference at ``kl_level``: a learning rate so low that nothing moves."""

@@ -9,7 +9,7 @@ from typing import Optional
 import numpy as np
 
 from sweeprl.analysis import keys
-from sweeprl.analysis.rules.base import Finding, View, flat_shape, policy_moved
+from sweeprl.analysis.rules.base import Finding, View, flat_shape, level_test, policy_moved, pval
 from sweeprl.formatting import num
 
 #: correlation of the step-to-step changes of reward and completion length above which the reward pays for length
@@ -92,12 +92,33 @@ def f_truncation_high(v: View) -> Optional[Finding]:
             ),
             confidence=v.confidence(late, v.th.truncation, 0.6),
         )
+    learning_to_finish = _learning_to_finish(v)
     return Finding(
         "truncation_high",
-        "warning",
-        f"{late:.0%} of completions hit the maximum length in the late window",
+        "info" if learning_to_finish else "warning",
+        f"{late:.0%} of completions hit the maximum length in the late window"
+        + (f"; {learning_to_finish}" if learning_to_finish else ""),
         [],
-        "completions are cut off before they finish, so their reward is noise (and runaway penalties dominate)",
+        "the policy is learning to finish within the limit and the reward rises as it does: the limit slows the "
+        "run, it does not stop it"
+        if learning_to_finish
+        else "completions are cut off before they finish, so their reward is noise (and runaway penalties dominate)",
         v.rec("Allow longer completions.", v.change("max_completion_length", "increase", 2.0)),
         confidence=v.confidence(late, v.th.truncation, 0.6),
+    )
+
+
+def _learning_to_finish(v: View) -> Optional[str]:
+    """Evidence, as text, that fewer completions hit the limit as the reward rises (both beyond their noise):
+    the policy learns to answer within the budget, as a sparse task's first learning often looks."""
+    tr, r = v.c(keys.TRUNCATED), v.reward
+    if tr.n < 6 or r.n < 6:
+        return None
+    _, p_fell = level_test(tr, tr.early(v.th.window), tr.late(v.th.window))
+    _, p_rose = level_test(r, r.late(v.th.window), r.early(v.th.window))
+    if p_fell >= 0.05 or p_rose >= 0.05:
+        return None
+    return (
+        f"down from {tr.early(v.th.window).mean():.0%} while the reward rose {num(r.early(v.th.window).mean(), 3)}"
+        f" -> {num(r.late(v.th.window).mean(), 3)} ({pval(max(p_fell, p_rose))})"
     )
