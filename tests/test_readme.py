@@ -86,19 +86,20 @@ def test_readme_has_the_two_quickstart_commands_and_ci_runs_the_second():
 
 
 # ----------------------------------------------------------------------------------------- rewriting
-def sweep_size(args: List[str]) -> List[str]:
-    """2 trials per sweep; an explicit larger n_trials (a "continue to N" example) becomes 3."""
+def sweep_size(args: List[str], continued: bool = False) -> List[str]:
+    """2 trials per sweep; a larger n_trials of a study an earlier command ran (a "continue to N" example) 3."""
     out = []
     for a in args:
         m = re.fullmatch(r"hydra\.sweeper\.n_trials=(\d+)", a)
-        out.append(f"hydra.sweeper.n_trials={2 if int(m.group(1)) <= 16 else 3}" if m else a)
+        out.append(f"hydra.sweeper.n_trials={3 if continued and int(m.group(1)) > 16 else 2}" if m else a)
     if not any(a.startswith("hydra.sweeper.n_trials=") for a in out):
         out.append("hydra.sweeper.n_trials=2")
     return out
 
 
-def tiny(args: List[str], model_cache: Path) -> List[str]:
-    """Tiny-model overrides for a ``python -m sweeprl`` training command (not subcommands or --cfg)."""
+def tiny(args: List[str], model_cache: Path, studies: Optional[set] = None) -> List[str]:
+    """Tiny-model overrides for a ``python -m sweeprl`` training command (not subcommands or --cfg); ``studies``
+    collects the (experiment, sweep) pairs swept so far, so that a command continuing one gets its extra trial."""
     subcommands = ("score", "diagnose", "report", "trials", "export", "plan", "build-model", "import-recipe")
     if not args or args[0] in subcommands or any(a.startswith("--cfg") for a in args):
         return args
@@ -113,7 +114,10 @@ def tiny(args: List[str], model_cache: Path) -> List[str]:
     if "experiment=quickstart" not in args:
         extra += ["model=tiny", "lora=none", "generation.max_completion_length=16"]
     if "-m" in args:
-        args = sweep_size(args)
+        study = tuple(sorted(a for a in args if a.startswith(("experiment=", "sweep="))))
+        args = sweep_size(args, continued=studies is not None and study in studies)
+        if studies is not None:
+            studies.add(study)
     else:
         extra.remove("hydra.sweeper.report=false")
     return args + extra
@@ -130,6 +134,8 @@ class Scratch:
         self.env = {**os.environ, "PATH": f"{VENV_BIN}:{os.environ['PATH']}"}
         self.cleanup: List = []
         self.logs: Dict[int, Optional[TextIO]] = {}  # pid -> output file of a background command
+        self.studies: set = set()  # (experiment, sweep) of the sweeps run so far
+        self.served: Dict[tuple, str] = {}  # a server command (argv after the executable) -> the URL checked
 
     # placeholders ------------------------------------------------------------------------------
     def problems_and_completions(self) -> None:
@@ -225,19 +231,19 @@ class Scratch:
         raise AssertionError(f"{' '.join(argv)} did not answer {url} within {timeout:g} s")
 
     def serve(self, text: str) -> None:
-        """``mlflow ui …`` / ``optuna-dashboard …``: start on a free port; it must serve the sweep's data."""
-        port = free_port()
+        """``mlflow ui …`` / ``optuna-dashboard …``: start on a free port; it must serve the sweep's data. The same
+        server shown twice (``mlflow ui`` and ``.venv/bin/mlflow ui``) is started once and asked again."""
         argv = shlex.split(text.replace("$PWD", str(self.root)))
         argv[0] = str(VENV_BIN / Path(argv[0]).name)
-        if Path(argv[0]).name == "mlflow":
-            body = self.start(
-                [*argv, "--host", "127.0.0.1", "--port", str(port)],
-                f"http://127.0.0.1:{port}/ajax-api/2.0/mlflow/experiments/search?max_results=50",
-            )
+        key = (Path(argv[0]).name, *argv[1:])
+        if key in self.served:
+            with urllib.request.urlopen(self.served[key], timeout=30) as resp:
+                body = resp.read().decode("utf-8", errors="replace")
         else:
-            body = self.start(
-                [*argv, "--host", "127.0.0.1", "--port", str(port)], f"http://127.0.0.1:{port}/api/studies"
-            )
+            port = free_port()
+            api = "ajax-api/2.0/mlflow/experiments/search?max_results=50" if key[0] == "mlflow" else "api/studies"
+            self.served[key] = f"http://127.0.0.1:{port}/{api}"
+            body = self.start([*argv, "--host", "127.0.0.1", "--port", str(port)], self.served[key])
         assert STUDY in body, body[:2000]
 
     def launch(self, text: str, background: bool = False) -> subprocess.Popen:
@@ -245,7 +251,7 @@ class Scratch:
         rest of the suite leaves idle, with its output in a file (a pipe nobody reads yet would stall it)."""
         argv = shlex.split(text)
         if argv[0].endswith("python") and argv[1:3] == ["-m", "sweeprl"]:
-            argv = [argv[0], "-m", "sweeprl", *tiny(argv[3:], self.model_cache)]
+            argv = [argv[0], "-m", "sweeprl", *tiny(argv[3:], self.model_cache, self.studies)]
         if any(a.endswith("bench/run_all") for a in argv[:2]):
             argv.append("--quick")  # never --write: BENCHMARKS.md is only rewritten by hand on an idle machine
         log = open(self.root / f"command-{time.monotonic_ns()}.log", "w+") if background else None  # noqa: SIM115
