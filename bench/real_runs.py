@@ -21,6 +21,7 @@ Per batch, and for all runs:
 
     .venv/bin/python bench/real_runs.py            # per-run table, figures per batch and for all runs
     .venv/bin/python bench/real_runs.py --write    # also the BENCHMARKS.md row real_runs_all
+    .venv/bin/python bench/real_runs.py --batch blind13 --rows blind13   # one batch only (a new one, scored once)
 """
 
 from __future__ import annotations
@@ -90,6 +91,7 @@ class Verdict:
     infos: List[str] = field(default_factory=list)
     lr: Optional[str] = None  # decrease | increase | None (the diagnosis' learning-rate change)
     lr_runs: List[str] = field(default_factory=list)  # every run's, for a file of several
+    records: int = 0  # logged points of the file's longest run
 
     @property
     def unhealthy(self) -> bool:
@@ -128,6 +130,7 @@ def judge(label: Dict) -> Verdict:
         v.error = str(exc)
         return v
     v.read = any(bool(getattr(run, "used", True)) and bool(run.records) for run in runs)
+    v.records = max((len(run.records) for run in runs), default=0)
     # a file of several runs: what any of its runs was told (a label describes the file)
     for d in (diagnose(run) for run in runs if run.records):
         v.alarms += [f.id for f in d.findings if f.severity in ALARM and f.id not in v.alarms]
@@ -213,12 +216,15 @@ def main() -> int:
     ap.add_argument("--write", action="store_true", help="update BENCHMARKS.md")
     ap.add_argument("--readme", action="store_true", help=f"rewrite {CORPUS.name}/README.md from labels.jsonl")
     ap.add_argument("--rows", default="all", help="per-run rows to print: a batch's name, all or none")
+    ap.add_argument("--batch", choices=BATCHES, help="score only this batch (no --write: its row covers all runs)")
     args = ap.parse_args()
+    if args.batch and args.write:
+        ap.error("--write scores every batch: drop --batch")
     if args.readme:
         (CORPUS / "README.md").write_text(readme())
         print(f"{CORPUS / 'README.md'} rewritten")
         return 0
-    verdicts = [judge(label) for label in labels()]
+    verdicts = [judge(label) for label in labels() if args.batch in (None, label["batch"])]
     print(f"{'run':<44} {'batch':<8} {'label':<34} {'alarms (info)':<60} lr")
     order = batches([v.batch for v in verdicts])
     for v in sorted(verdicts, key=lambda v: (order.index(v.batch), v.id)):
@@ -231,6 +237,8 @@ def main() -> int:
         print(f"{v.id[:44]:<44} {v.batch:<8} {lab[:34]:<34} {got[:60]:<60} {v.lr or '-'}{mark}")
     print()
     for batch in order:
+        if args.batch not in (None, batch):
+            continue
         f = figures([v for v in verdicts if v.batch == batch])
         blind = f"   (blind, at {BLIND[batch][0]}: {BLIND[batch][1]})" if batch in BLIND else ""
         print(f"{batch:<7} {f['runs']:>3} runs: {summary_line(f)}{blind}")

@@ -111,9 +111,8 @@ def tiny_overrides(model_cache, tmp_path) -> List[str]:
 
 # The modules that take longest, longest first: pytest-xdist hands modules to its workers in collection order, so
 # these start at once instead of ending the run on one worker while the other waits (CONTRIBUTING.md: the times).
-# The first two start together, one per worker: the README doc-test, whose background commands run at the lowest
-# CPU priority on whatever core is idle, beside the SLURM test, which mostly waits on SLURM (when it ran beside the
-# resilience tests, which wait too, a core stood idle for a minute).
+# The first three start together, one per worker: the SLURM test mostly waits on SLURM, beside the two that
+# compute the most.
 SLOW_MODULES = (
     "test_readme.py",
     "test_slurm.py",

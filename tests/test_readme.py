@@ -13,8 +13,8 @@ How a command is run here:
   exactly the README's test command and runs the part after ``&&`` (the suite itself is not run recursively);
 - ``console`` blocks show ``$ command`` followed by its output: every shown output line must be printed;
 - ``bench/run_all`` runs with ``--quick`` (every benchmark script at its smallest size, BENCHMARKS.md untouched);
-- commands that share no file with the others (``INDEPENDENT``) start with the first command, at the lowest CPU
-  priority so that they use what the rest of the suite leaves idle, and are checked in their place.
+- commands that share no file with the others (``INDEPENDENT``) start with the first command, in the background,
+  and are checked in their place.
 """
 
 from __future__ import annotations
@@ -247,8 +247,8 @@ class Scratch:
         assert STUDY in body, body[:2000]
 
     def launch(self, text: str, background: bool = False) -> subprocess.Popen:
-        """Start a README command; ``background``: at the lowest CPU priority, so that it only takes the CPU the
-        rest of the suite leaves idle, with its output in a file (a pipe nobody reads yet would stall it)."""
+        """Start a README command; ``background``: beside the commands that follow it, with its output in a file
+        (a pipe nobody reads yet would stall it)."""
         argv = shlex.split(text)
         if argv[0].endswith("python") and argv[1:3] == ["-m", "sweeprl"]:
             argv = [argv[0], "-m", "sweeprl", *tiny(argv[3:], self.model_cache, self.studies)]
@@ -256,7 +256,7 @@ class Scratch:
             argv.append("--quick")  # never --write: BENCHMARKS.md is only rewritten by hand on an idle machine
         log = open(self.root / f"command-{time.monotonic_ns()}.log", "w+") if background else None  # noqa: SIM115
         proc = subprocess.Popen(
-            [*(["nice", "-n", "19"] if background else []), "bash", "-c", shlex.join(argv)],
+            ["bash", "-c", shlex.join(argv)],
             cwd=self.root,
             env=self.env,
             stdout=log or subprocess.PIPE,

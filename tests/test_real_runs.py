@@ -35,6 +35,17 @@ def test_the_corpus_is_large_and_varied():
         assert (real_runs.CORPUS / r["file"]).is_file() and r["url"].startswith("https://github.com/"), r["id"]
 
 
+#: corpus runs with fewer than 5 logged points, and why they are kept
+FEW_RECORDS = {
+    "medicalgpt_qwen15b_grpo_smoke": "a 14-step smoke run: one TRL step dict; its per-step rewards are debug lists",
+}
+
+
+def test_every_file_of_the_corpus_is_read_with_its_points(verdicts):
+    assert [v.id for v in verdicts if not v.read] == []
+    assert {v.id: v.records for v in verdicts if v.records < 5 and v.id not in FEW_RECORDS} == {}
+
+
 def test_verdicts_keep_their_measured_figures(verdicts):
     recall, quiet, alarms, lr_against = FLOORS
     f = real_runs.figures(verdicts)
