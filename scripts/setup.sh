@@ -61,12 +61,13 @@ extras=""
 [ "$want_test" = 1 ] && extras="[test]"
 say "installing sweeprl$extras (editable) with pinned dependencies"
 # uv installs the ~150 pinned packages in seconds where pip takes a minute (the same versions: constraints.txt pins
-# them all). pip stays the fallback, and the installer with SWEEPRL_INSTALLER=pip: uv does not read pip's
-# configuration, so a package mirror set there is pip's to use.
+# them all), compiled to bytecode as pip does (without it, every process compiles what it imports where
+# PYTHONDONTWRITEBYTECODE is set). pip stays the fallback, and the installer with SWEEPRL_INSTALLER=pip: uv does not
+# read pip's configuration, so a package mirror set there is pip's to use.
 installed=0
 if [ "${SWEEPRL_INSTALLER:-uv}" = uv ]; then
   "${PIP[@]}" install "uv==0.13.8" 2>&1 | grep -v "is ignored" >&2 || true
-  if [ -x .venv/bin/uv ] && .venv/bin/uv pip install --python .venv/bin/python -q -c constraints.txt -e ".$extras" >&2
+  if [ -x .venv/bin/uv ] && .venv/bin/uv pip install --python .venv/bin/python -q --compile-bytecode -c constraints.txt -e ".$extras" >&2
   then installed=1; else say "uv could not install them; trying pip"; fi
 fi
 if [ "$installed" = 0 ]; then
