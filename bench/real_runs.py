@@ -71,6 +71,7 @@ BLIND = {
     "blind11": ("efbd720", "recall 14% of 7, quiet on 75% of 4, 0.18 false alarms/run, LR against 0, 83% read"),
     "blind12": ("e0f011e", "recall 0% of 3, quiet on 50% of 2, 0.20 false alarms/run, LR against 0, 100% read"),
     "blind13": ("f559a5c", "recall 100% of 1, quiet on 50% of 2, 0.33 false alarms/run, LR against 0, 100% read"),
+    "blind14": ("91c348e", "no unhealthy run, quiet on 100% of 2, 0.00 false alarms/run, LR against 0, 100% read"),
 }
 BATCHES = ("seed", *BLIND)
 
