@@ -33,13 +33,14 @@ No replay shows how a sampler would have proposed differently after a pruned tri
 from __future__ import annotations
 
 import argparse
+import functools
 import gzip
 import json
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, List
+from typing import Callable, Dict, List, Tuple
 
 import numpy as np
 
@@ -57,6 +58,7 @@ class Trial:
     length: int
 
 
+@functools.lru_cache(maxsize=1)
 def objective_cfg():
     from hydra import compose, initialize_config_dir
 
@@ -69,29 +71,36 @@ def objective_cfg():
 def load_bank(path: Path = BANK, half: str = "all", sampler: str = "") -> List[List[Trial]]:
     """The sweeps of the bank (``half``: all, tuning or held-out; ``sampler``: only its sweeps) as their trials,
     each with its running objective at every report step."""
+    sweeps = []
+    for f in sorted(path.glob("*.json.gz")):
+        kind, seed, trials = banked_sweep(f)
+        if half != "all" and (seed in TUNING_SEEDS) != (half == "tuning"):
+            continue
+        if sampler and kind != sampler:
+            continue
+        sweeps.append(list(trials))
+    return sweeps
+
+
+@functools.lru_cache(maxsize=None)
+def banked_sweep(path: Path) -> Tuple[str, int, Tuple[Trial, ...]]:
+    """One banked sweep's (sampler, seed, trials); read once per process (the running objectives take ~0.5 s)."""
     from sweeprl.analysis.objective import ObjectiveError, compute_objective
 
     cfg = objective_cfg()
-    sweeps = []
-    for f in sorted(path.glob("*.json.gz")):
-        data = json.loads(gzip.decompress(f.read_bytes()))
-        if half != "all" and (data["seed"] in TUNING_SEEDS) != (half == "tuning"):
-            continue
-        if sampler and data["sampler"] != sampler:
-            continue
-        trials = []
-        for t in data["trials"]:
-            curve = t["curve"]
-            records = [{k: v[i] for k, v in curve.items() if v[i] is not None} for i in range(len(curve["step"]))]
-            reports = {}
-            for step in range(REPORT_EVERY, data["max_steps"] + 1, REPORT_EVERY):
-                try:
-                    reports[step] = compute_objective([r for r in records if r["step"] <= step], cfg).value
-                except ObjectiveError:
-                    continue
-            trials.append(Trial(float(t["value"]), reports, int(data["max_steps"])))
-        sweeps.append(trials)
-    return sweeps
+    data = json.loads(gzip.decompress(path.read_bytes()))
+    trials = []
+    for t in data["trials"]:
+        curve = t["curve"]
+        records = [{k: v[i] for k, v in curve.items() if v[i] is not None} for i in range(len(curve["step"]))]
+        reports = {}
+        for step in range(REPORT_EVERY, data["max_steps"] + 1, REPORT_EVERY):
+            try:
+                reports[step] = compute_objective([r for r in records if r["step"] <= step], cfg).value
+            except ObjectiveError:
+                continue
+        trials.append(Trial(float(t["value"]), reports, int(data["max_steps"])))
+    return data["sampler"], int(data["seed"]), tuple(trials)
 
 
 def replay(trials: List[Trial], order: np.ndarray, make_pruner: Callable, first: int) -> Dict[str, float]:

@@ -171,20 +171,47 @@ def rename_problem(prompt: str, solution: str, rng: random.Random) -> Tuple[str,
 
 
 def typechecks(sources: Sequence[str], workers: int = 2) -> List[bool]:
-    """Whether each OCaml source type-checks on its own (``ocamlc -i``), in parallel threads."""
+    """Whether each OCaml source type-checks on its own (``ocamlc -i``).
+
+    One ``ocamlc -i`` reads many files: each is its own compilation unit (``-i`` writes no ``.cmi``, so no file
+    sees another), in order, up to the first that fails, which the error names; that one is checked alone, and
+    the files after it go on in one run. A few processes instead of one per source."""
     from sweeprl.ocaml.toolchain import require_ocaml
 
     ocamlc = require_ocaml()
     with tempfile.TemporaryDirectory(prefix="sweeprl-variants-") as tmp:
+        names = [f"sweeprl_check_{i}.ml" for i in range(len(sources))]
+        for name, source in zip(names, sources):
+            (Path(tmp) / name).write_text(source)
 
-        def check(item: Tuple[int, str]) -> bool:
-            path = Path(tmp) / f"v{item[0]}.ml"
-            path.write_text(item[1])
-            done = subprocess.run([ocamlc, "-i", "-w", "-a", str(path)], capture_output=True, cwd=tmp)
-            return done.returncode == 0
+        def check(chunk: List[int]) -> Dict[int, bool]:
+            ok: Dict[int, bool] = {}
+            while chunk:
+                done = subprocess.run(
+                    [ocamlc, "-i", "-w", "-a", *(names[i] for i in chunk)], capture_output=True, cwd=tmp
+                )
+                if done.returncode == 0:
+                    return {**ok, **dict.fromkeys(chunk, True)}
+                failed = re.search(rb'File "sweeprl_check_(\d+)\.ml"', done.stderr)
+                at = chunk.index(int(failed.group(1))) if failed and int(failed.group(1)) in chunk else -1
+                if at < 0 or _typechecks_alone(ocamlc, tmp, names[chunk[at]]):  # not the file named: one at a time
+                    return {**ok, **{i: _typechecks_alone(ocamlc, tmp, names[i]) for i in chunk}}
+                ok.update(dict.fromkeys(chunk[:at], True))
+                ok[chunk[at]] = False
+                chunk = chunk[at + 1 :]
+            return ok
 
+        indices = list(range(len(sources)))
+        size = -(-len(indices) // max(1, workers)) or 1
         with ThreadPoolExecutor(max(1, workers)) as pool:
-            return list(pool.map(check, enumerate(sources)))
+            results: Dict[int, bool] = {}
+            for part in pool.map(check, [indices[k : k + size] for k in range(0, len(indices), size)]):
+                results.update(part)
+        return [results[i] for i in indices]
+
+
+def _typechecks_alone(ocamlc: str, cwd: str, name: str) -> bool:
+    return subprocess.run([ocamlc, "-i", "-w", "-a", name], capture_output=True, cwd=cwd).returncode == 0
 
 
 def variants(problems: Sequence[Mapping[str, str]], count: int, seed: int) -> List[Tuple[str, str]]:
