@@ -98,6 +98,9 @@ class SafeTracker:
         if self._client is None:
             from mlflow.tracking import MlflowClient
 
+            from sweeprl.tracking_store import seed_sqlite_store
+
+            seed_sqlite_store(self.uri)  # a new embedded store: a copy of an empty one, not ~1-2 s of migrations
             self._client = MlflowClient(tracking_uri=self.uri)
         return self._client
 
