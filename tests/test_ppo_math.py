@@ -407,6 +407,7 @@ EXPECTED_KEYS = {
 }
 
 
+@pytest.mark.e2e  # trains
 def test_one_log_per_update_with_the_documented_keys(runs):
     recorder, out = runs["good"]
     assert [h["step"] for h in recorder.history] == list(range(1, UPDATES + 1))
@@ -420,6 +421,7 @@ def test_one_log_per_update_with_the_documented_keys(runs):
     assert first["learning_rate"] == 1e-3
 
 
+@pytest.mark.e2e  # trains
 def test_length_reward_rises_and_completions_shorten_at_lr_1e_3(runs):
     recorder, _ = runs["good"]
     reward, length = series(recorder, "reward"), series(recorder, "completions/mean_length")
@@ -435,6 +437,7 @@ def test_length_reward_rises_and_completions_shorten_at_lr_1e_3(runs):
     assert series(recorder, "objective/kl")[-WINDOW:].mean() == pytest.approx(math.log(257), abs=0.5)
 
 
+@pytest.mark.e2e  # trains
 def test_the_score_drives_learning(runs):
     charset = series(runs["charset"][0], "rewards/charset/mean")
     control = series(runs["charset_control"][0], "rewards/charset/mean")
@@ -448,6 +451,7 @@ def test_the_score_drives_learning(runs):
     assert control[-WINDOW:].mean() < control[:WINDOW].mean() + 0.05
 
 
+@pytest.mark.e2e  # trains
 def test_nothing_moves_at_lr_1e_9(runs):
     recorder, _ = runs["tiny_lr"]
     reward, length = series(recorder, "reward"), series(recorder, "completions/mean_length")
@@ -457,10 +461,12 @@ def test_nothing_moves_at_lr_1e_9(runs):
     assert np.abs(series(recorder, "val/ratio") - 1).max() < 1e-4
 
 
+@pytest.mark.e2e  # trains
 def test_seeded_runs_reproduce_exactly(runs):
     assert runs["good"][0].history == runs["good_again"][0].history
 
 
+@pytest.mark.e2e  # trains
 def test_activation_checkpointing_trains_the_same_policy(tiny_path, tmp_path):
     """algo.activation_checkpointing recomputes each layer in the backward (training mode, every dropout at 0):
     the same seeded updates, metric for metric, as without it (4 updates of the tiny model)."""
@@ -476,6 +482,7 @@ def test_activation_checkpointing_trains_the_same_policy(tiny_path, tmp_path):
             assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-6), key
 
 
+@pytest.mark.e2e  # trains
 def test_dropped_samples_and_dataset_columns(tiny_path, tmp_path):
     from datasets import Dataset
 
@@ -523,6 +530,7 @@ def test_invalid_algo_fails_before_loading_the_model(tmp_path):
         )
 
 
+@pytest.mark.e2e  # trains
 def test_project_callbacks_work_with_the_trainer(tiny_path, tmp_path):
     from sweeprl.training.callbacks import MetricsRecorder, ProgressLines, use_progress_display
 

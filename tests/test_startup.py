@@ -45,6 +45,7 @@ def run_counted(args, cwd, env=None):
     return proc, tuple(int(c) for c in counts[-1]) if counts else None
 
 
+@pytest.mark.e2e  # trains
 @pytest.mark.parametrize("driver_checked", [False, True], ids=["single run", "trial process of a sweep driver"])
 def test_a_trial_process_validates_once(tmp_path, model_cache, driver_checked):
     args = [

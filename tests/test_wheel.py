@@ -41,6 +41,7 @@ def test_wheel_contains_configs_and_plugin(wheel):
     assert not any(n.startswith("hydra_plugins/__init__") for n in names), "hydra_plugins must stay a namespace package"
 
 
+@pytest.mark.e2e  # trains
 def test_installed_wheel_composes_and_trains(wheel, tmp_path, model_cache):
     target = tmp_path / "site"
     subprocess.run(
