@@ -2,7 +2,7 @@
 ``tests/test_ocaml_learning.py``'s margin is set against.
 
 One grid sweep of ``experiment=ocaml_cpu`` on the shipped tiny_ocaml model, on the test's setting (one training
-problem, 8 completions per update, 12 updates), over learning rate {1e-4, 1e-6} x training seeds; then, as the
+problem, 8 completions per update, 8 updates), over learning rate {1e-4, 1e-6} x training seeds; then, as the
 test does, each trained model writes 64 completions for the problem with the same random numbers. Prints per
 seed both policies' mean reward and their gap (and the trials' objectives, which are noisier), and the smallest
 gap against the test's margin.
@@ -31,7 +31,7 @@ MID, LOW = 1e-4, 1e-6
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", default="0,1,2,3,4", help="training seeds (algo.seed), comma-separated")
-    ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--steps", type=int, default=8, help="updates per trial (the test's)")
     ap.add_argument("--problem", default="has_duplicates")
     ap.add_argument("--write", action="store_true", help="rewrite BENCHMARKS.md's row ocaml_learning_margin")
     args = ap.parse_args()
