@@ -3,6 +3,7 @@
 
     .venv/bin/python bench/pruner_replay.py                 # every pruner, 1000 trial orders
     .venv/bin/python bench/pruner_replay.py --write         # also the BENCHMARKS.md rows pruner_replay_*
+    .venv/bin/python bench/pruner_replay.py --frontier      # the rungs pruner's settings: saved vs best kept
 
 The bank (``tests/data/curve_bank``: 18 quickstart sweeps x 16 complete, unpruned trials) holds every trial's
 per-step curves. It has two halves: the sweeps of sampler seeds 0-2 (6 sweeps), on which the rungs pruner's
@@ -218,11 +219,47 @@ def summary(figures: tuple) -> str:
     )
 
 
+#: the settings --frontier tries: rung sets (fractions of a trial's length) x one eta per rung from ETAS
+FRONTIER_RUNGS = ((0.125, 0.25, 0.5), (0.125, 0.25, 0.375, 0.5), (0.125, 0.5), (0.25, 0.5))
+ETAS = (1.5, 2.0, 2.5, 3.0)
+
+
+def frontier(orders: int) -> None:
+    """Every setting of :data:`FRONTIER_RUNGS` x :data:`ETAS` replayed over all 18 sweeps (``orders`` random
+    orders): the settings no other beats on both steps saved and best kept, and the best kept where >= 50 % is
+    saved. Tells whether any setting of a last-value rung pruner reaches the issue's pair of targets."""
+    from itertools import product
+
+    from hydra_plugins.sweeprl_sweeper.rung_pruner import RungPruner
+
+    sweeps = load_bank()
+    rng = np.random.default_rng(0)
+    plan = [[rng.permutation(len(t)) for _ in range(-(-orders // len(sweeps)))] for t in sweeps]
+    got = []
+    for rungs in FRONTIER_RUNGS:
+        for etas in product(ETAS, repeat=len(rungs)):
+            figures = replay_half(sweeps, plan, lambda r=rungs, e=etas: RungPruner(rungs=r, eta=e), 10)
+            got.append((f"rungs {'/'.join(f'{r:g}' for r in rungs)}, eta {'/'.join(f'{e:g}' for e in etas)}", figures))
+
+    def beaten(a: tuple) -> bool:  # another setting saves at least as much and keeps the best at least as often
+        return any(b[:2] != a[:2] and b[0] >= a[0] and b[1] >= a[1] for _, b in got)
+
+    best = [g for g in got if not beaten(g[1])]
+    print(f"{len(got)} settings, {len(sweeps)} sweeps x {len(plan[0])} orders; not beaten on both saved and best kept:")
+    for name, figures in sorted(best, key=lambda g: -g[1][0]):
+        print(f"  {name:<42} {summary(figures)}")
+    half = [g for g in got if g[1][0] >= 0.5]
+    if half:
+        name, figures = max(half, key=lambda g: g[1][1])
+        print(f"best kept where >= 50 % is saved: {name}: {summary(figures)}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--orders", type=int, default=1000, help="trial orders per half (spread over its sweeps)")
     ap.add_argument("--only", default="", help="comma-separated substrings of the pruner names to run")
     ap.add_argument("--write", action="store_true", help="update BENCHMARKS.md")
+    ap.add_argument("--frontier", action="store_true", help="the rungs pruner's settings, 360 orders (~10 min)")
     args = ap.parse_args()
     import warnings
 
@@ -230,6 +267,9 @@ def main() -> int:
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    if args.frontier:
+        frontier(360)
+        return 0
     halves = {h: load_bank(half=h) for h in ("tuning", "held-out")}
     rng = np.random.default_rng(0)
     orders = {
