@@ -1,12 +1,12 @@
-"""A new embedded MLflow store starts as a copy of an empty one, not as ~50 schema migrations.
+"""A new embedded MLflow store starts as a copy of an empty one, not as ~70 schema migrations.
 
-MLflow creates a ``sqlite:///`` store by running its Alembic migrations one by one: 1-2 s of CPU for every new
-sweep directory or run directory (each has its own ``mlflow.db``), more than a short trial's logging costs. The
-first time this MLflow version needs a store, :func:`seed_sqlite_store` lets MLflow make an empty one in the cache
-(``~/.cache/sweeprl/mlflow/empty-<mlflow version>.db``; ``SWEEPRL_CACHE`` moves it); later stores are copies of
-that file, made in milliseconds. The template is MLflow's own store (its tables at its schema version) without its
-``Default`` experiment, whose artifact location is the creating process's ``./mlruns``: MLflow adds that row on
-opening a store that lacks it, so a copy ends up as the store MLflow would have made where it is opened. An
+MLflow creates a ``sqlite:///`` store by running its Alembic migrations one by one (68 in MLflow 3.17): 1-2 s of CPU
+for every new sweep directory or run directory (each has its own ``mlflow.db``), more than a short trial's logging
+costs. The first time this MLflow version needs a store, :func:`seed_sqlite_store` lets MLflow make an empty one in
+the cache (``~/.cache/sweeprl/mlflow/empty-<mlflow version>.db``; ``SWEEPRL_CACHE`` moves it); later stores are
+copies of that file, made in milliseconds. The template is MLflow's own store (its tables at its schema version)
+without its ``Default`` experiment, whose artifact location is the creating process's ``./mlruns``: MLflow adds that
+row on opening a store that lacks it, so a copy ends up as the store MLflow would have made where it is opened. An
 existing file, another database, or any failure here leaves the creation to MLflow as before.
 """
 
