@@ -1,6 +1,6 @@
 """A bank of complete, unpruned quickstart trial curves, for replaying pruners without training.
 
-    .venv/bin/python bench/curve_bank.py --seeds 0,1,2,3,4,5,6,7,8 --samplers tpe,random --trials 16
+    .venv/bin/python bench/curve_bank.py --seeds 0,1,2,3,4,5,6,7,8,9,10,11 --samplers tpe,random --trials 16
 
 Runs one learning rate x KL coefficient sweep of the quickstart per sampler and seed, with no pruner and no guard
 stopping a trial, and writes ``tests/data/curve_bank/<sampler>_seed<k>.json.gz``: per trial its params, its final

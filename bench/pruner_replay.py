@@ -7,7 +7,7 @@
 
 The bank (``tests/data/curve_bank``: 18 quickstart sweeps x 16 complete, unpruned trials) holds every trial's
 per-step curves. It has two halves: the sweeps of sampler seeds 0-2 (6 sweeps), on which the rungs pruner's
-settings were chosen, and those of seeds 3-8 (12 sweeps), banked afterwards and only scored: the held-out figures
+settings were chosen, and those of seeds 3-11 (18 sweeps), banked afterwards and only scored: the held-out figures
 say how the choice holds on sweeps it was not made on.
 
 A replay feeds one sweep's trials, in a random order, to a real Optuna study with the pruner under test, each trial
@@ -225,7 +225,7 @@ ETAS = (1.5, 2.0, 2.5, 3.0)
 
 
 def frontier(orders: int) -> None:
-    """Every setting of :data:`FRONTIER_RUNGS` x :data:`ETAS` replayed over all 18 sweeps (``orders`` random
+    """Every setting of :data:`FRONTIER_RUNGS` x :data:`ETAS` replayed over all the banked sweeps (``orders`` random
     orders): the settings no other beats on both steps saved and best kept, and the best kept where >= 50 % is
     saved. Tells whether any setting of a last-value rung pruner reaches the issue's pair of targets."""
     from itertools import product

@@ -17,11 +17,11 @@ def banks():
     return [json.load(gzip.open(p, "rt")) for p in sorted(BANK.glob("*.json.gz"))]
 
 
-def test_the_bank_holds_nine_seeds_of_both_samplers_with_every_trial_complete():
+def test_the_bank_holds_twelve_seeds_of_both_samplers_with_every_trial_complete():
     found = banks()
-    assert {(b["sampler"], b["seed"]) for b in found} == {(s, k) for s in ("tpe", "random") for k in range(9)}
+    assert {(b["sampler"], b["seed"]) for b in found} == {(s, k) for s in ("tpe", "random") for k in range(12)}
     trials = [t for b in found for t in b["trials"]]
-    assert len(trials) == 288 and all(t["state"] == "COMPLETE" and math.isfinite(t["value"]) for t in trials)
+    assert len(trials) == 384 and all(t["state"] == "COMPLETE" and math.isfinite(t["value"]) for t in trials)
     for b in found:
         for t in b["trials"]:
             assert t["curve"]["step"] == list(range(1, b["max_steps"] + 1))  # not pruned, not stopped by a guard

@@ -90,10 +90,10 @@ def test_bad_arguments_say_what_is_allowed(kwargs):
 
 
 def test_the_pruner_on_the_curve_bank():
-    """Replays of the 18 banked quickstart sweeps in 20 random orders each: the figures measured with 1000 orders
+    """Replays of the 24 banked quickstart sweeps in 20 random orders each: the figures measured with 1000 orders
     per half (BENCHMARKS.md rows pruner_replay_*) within a margin for the smaller sample."""
     sweeps = pruner_replay.load_bank()
-    assert len(sweeps) == 18 and len(pruner_replay.load_bank(half="held-out")) == 12
+    assert len(sweeps) == 24 and len(pruner_replay.load_bank(half="held-out")) == 18
     rng = np.random.default_rng(0)
     orders = [(trials, rng.permutation(len(trials))) for trials in sweeps for _ in range(20)]
 
