@@ -72,6 +72,7 @@ BLIND = {
     "blind12": ("e0f011e", "recall 0% of 3, quiet on 50% of 2, 0.20 false alarms/run, LR against 0, 100% read"),
     "blind13": ("f559a5c", "recall 100% of 1, quiet on 50% of 2, 0.33 false alarms/run, LR against 0, 100% read"),
     "blind14": ("91c348e", "no unhealthy run, quiet on 100% of 2, 0.00 false alarms/run, LR against 0, 100% read"),
+    "blind15": ("f839d33", "recall 38% of 8, quiet on 75% of 4, 0.50 false alarms/run, LR against 3, 100% read"),
 }
 BATCHES = ("seed", *BLIND)
 

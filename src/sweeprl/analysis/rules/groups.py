@@ -39,6 +39,11 @@ def f_reward_variance_rising(v: View) -> Optional[Finding]:
             return None  # the spread rose no more than its level allows
     if rl - re >= 2 * floor:
         return None  # the reward rose with it: samples began to differ because some now succeed
+    zs = v.c(keys.ZERO_STD)
+    alike = zs.early(v.th.window).mean() >= 0.5 if zs.n >= 3 else e < 0.25 * floor  # no signal at the start
+    z, p = trend_test(v, r)
+    if alike and z is not None and z > 0 and p < 0.05:
+        return None  # a signal appeared where groups had none, and the reward rises with it beyond its noise
     return Finding(
         "reward_variance_rising",
         "warning",
@@ -88,6 +93,13 @@ def f_reward_cv_high(v: View) -> Optional[Finding]:
     )
 
 
+def _nothing_earned(v: View) -> bool:
+    """A reward never above 0 that sits at exactly 0 in the late window: a success reward no sample earns (calling
+    a penalty-only reward "solved" would take more than the log shows)."""
+    r = v.reward
+    return r.n > 0 and r.values.max() <= 0 and float(np.median(r.late(v.th.window).values)) == 0
+
+
 def f_reward_variance_died(v: View) -> Optional[Finding]:
     """Within-group reward spread fell to a fraction of its start: saturation (the task is solved) or collapse."""
     std, r = v.c(keys.REWARD_STD), v.reward
@@ -97,8 +109,26 @@ def f_reward_variance_died(v: View) -> Optional[Finding]:
     if e <= 1e-9 or l_ > 0.25 * e:
         return None
     s = shape(v)
-    saturated = s["late"] >= s["start"] + 0.8 * max(s["gain"], 0.0) and s["gain"] > v.th.flat_gain * s["scale"]
+    nothing = _nothing_earned(v)
+    saturated = (
+        not nothing and s["late"] >= s["start"] + 0.8 * max(s["gain"], 0.0) and s["gain"] > v.th.flat_gain * s["scale"]
+    )
     onset = first_sustained(std.values <= 0.25 * e, min(3, std.n))
+    if nothing:
+        return Finding(
+            "reward_variance_died",
+            "warning",
+            f"within-group reward std fell from {num(e, 3)} to {num(l_, 3)} with the reward at 0 and never above it",
+            [],
+            "no sample earns any reward any more, so every group scores alike and there is no signal: the reward "
+            "is too sparse for this model (or its penalties cancel out)",
+            v.rec(
+                "Give the model a signal: easier prompts, partial credit in the reward, or more samples per prompt.",
+                v.change("num_generations", "increase", 2.0),
+            ),
+            confidence=0.7,
+            onset=int(std.steps[onset]) if onset is not None else None,
+        )
     if saturated:
         return Finding(
             "reward_variance_died",
@@ -163,9 +193,7 @@ def f_mode_collapse(v: View) -> Optional[Finding]:
     s = shape(v) if v.reward else None
     r = v.reward
     unit = s is not None and r.values.min() >= 0 and r.values.max() <= 1
-    # nothing earned: a 0-1 reward near 0, or a reward never above 0 that sits at exactly 0 in the late window (a
-    # success reward no sample earns; calling it a penalty-only reward "solved" would take more than the log shows)
-    nothing = s is not None and r.values.max() <= 0 and float(np.median(r.late(v.th.window).values)) == 0
+    nothing = s is not None and _nothing_earned(v)
     floor = s is not None and ((unit and s["late"] <= 0.1) or nothing)
     saturated = (
         s is not None

@@ -14,6 +14,7 @@ from sweeprl.analysis.rules.base import (
     before_learning,
     first_sustained,
     flat_shape,
+    policy_moved,
     policy_still,
     saturated,
     shape,
@@ -57,8 +58,11 @@ def f_entropy_collapse(v: View) -> Optional[Finding]:
     onset = first_sustained(ent.values < (1 - v.th.entropy_drop) * start, min(3, ent.n))
     onset_step = int(ent.steps[onset]) if onset is not None else None
     s = shape(v) if v.reward.n >= 5 else None
-    learned = (
-        s is not None and s["gain"] >= 2 * v.th.flat_gain * s["scale"] and s["late"] >= s["start"] + 0.5 * s["gain"]
+    z, p = trend_test(v, v.reward)
+    rising = z is not None and z > 0 and p < 0.05  # a small gain on a 0-1 scale, but beyond the reward's noise
+    learned = s is not None and (
+        (s["gain"] >= 2 * v.th.flat_gain * s["scale"] and s["late"] >= s["start"] + 0.5 * s["gain"])
+        or (rising and s["late"] > s["start"])
     )
     after = _collapse_after_plateau(v, ent) if learned or saturated(v) else None
     if after is not None:
@@ -291,6 +295,13 @@ def f_clip_fraction_high(v: View) -> Optional[Finding]:
     late = cf.late(v.th.window).mean()
     if late < v.th.clip_fraction:
         return None
+    still = policy_still(v)
+    if still:  # a clipped update moves the policy; a KL that never left ~0 says this column counts something else
+        v.weak.append(
+            f"clip_fraction_high: clip fraction {late:.2f} on a policy that never moved ({still}): the column "
+            "disagrees with the KL"
+        )
+        return None
     return Finding(
         "clip_fraction_high",
         "warning",
@@ -314,6 +325,17 @@ def f_updates_too_small(v: View) -> Optional[Finding]:
         return None
     if ent.n >= 3 and ent.late(v.th.window).mean() < v.th.entropy_floor:
         return None  # a deterministic policy: its updates are small because its samples never differ
+    moved, (z, p) = policy_moved(v), trend_test(v, v.reward)
+    if moved or (z is not None and z > 0 and p < 0.05):  # a tiny (or rounded) approx-KL is then not the story
+        v.weak.append(
+            "updates_too_small: the approx-KL or clip fraction is tiny, but "
+            + (
+                f"the policy moved ({moved})"
+                if moved
+                else f"the reward rises beyond its noise (Mann-Kendall z={z:.1f})"
+            )
+        )
+        return None
     bits = []
     if akl.n:
         bits.append(f"approx-KL {num(akl.mean(), 3)}")
