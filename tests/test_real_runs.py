@@ -15,7 +15,7 @@ sys.path.insert(0, str(REPO / "bench"))
 import real_runs  # noqa: E402
 
 #: (min recall, min share of healthy runs without a warning, max false alarms per run, max runs with learning-rate
-#: advice against the label) over all 244 runs: measured 80 % of 116, 95 % of 104, 0.20, 3 runs (BENCHMARKS.md)
+#: advice against the label) over all 244 runs: measured 81 % of 116, 95 % of 104, 0.19, 3 runs (BENCHMARKS.md)
 FLOORS = (0.80, 0.94, 0.22, 3)
 
 
@@ -139,6 +139,8 @@ def test_held_out_shapes_of_the_later_batches(file, finding, severity, words):
         # groups all alike at the start (frac_reward_zero_std ~0.85); their spread grows as a format reward begins
         # to fire and the reward rises with it: a signal appearing, not an erratic policy
         ("panacea_openenv_grpo_qwen25_1p5b.log", {"reward_variance_rising"}),
+        # a flat reward (2.28 -> 2.34) with one high block of ten (2.59): a transient, not a level reached and lost
+        ("ricalanis_answering_grpo_qwen25_3b.html", {"reward_collapse", "reward_dip"}),
     ],
 )
 def test_what_the_fifteenth_batch_showed_is_not_a_warning(file, quiet):

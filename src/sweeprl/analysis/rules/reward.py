@@ -114,9 +114,14 @@ def f_reward_collapse(v: View) -> Optional[Finding]:
         return _fell_from_the_start(v, s)
     if s["peak_index"] >= s["blocks"] - 1 or drop < v.th.collapse_drop * gain:
         return None
-    z, p = level_test(
-        r, _block_points(r, r.blocks(10), int(s["peak_index"])), r.late(v.th.window), tests=int(s["blocks"])
-    )
+    blocks = r.blocks(10)
+    if int(np.sum(blocks.values[:-1] >= s["start"] + 0.5 * gain)) < 2:  # learned, then lost: a level it held
+        v.weak.append(
+            f"reward_collapse: the reward's peak ({num(s['peak'], 3)} around step {int(s['peak_step'])}) is one block "
+            "above half its gain: a transient high, not a level the run reached and lost"
+        )
+        return None
+    z, p = level_test(r, _block_points(r, blocks, int(s["peak_index"])), r.late(v.th.window), tests=int(s["blocks"]))
     if p >= 0.05:
         v.weak.append(
             f"reward_collapse: the reward fell from {num(s['peak'], 3)} (around step {int(s['peak_step'])}) to "
@@ -158,6 +163,12 @@ def f_reward_dip(v: View) -> Optional[Finding]:
         return None
     i_peak, i_trough = int(np.searchsorted(blocks.steps, peak_step)), int(np.searchsorted(blocks.steps, trough_step))
     trough = float(blocks.values[i_trough])
+    if int(np.sum(blocks.values[:i_trough] >= s["start"] + 0.5 * gain)) < 2:
+        v.weak.append(
+            f"reward_dip: the best before the fall ({num(trough + fall, 3)} around step {int(peak_step)}) is one "
+            "block above half the gain: a transient high, not a level the run reached and lost"
+        )
+        return None
     pairs = blocks.n * (blocks.n - 1) // 2
     z, p = level_test(r, _block_points(r, blocks, i_peak), _block_points(r, blocks, i_trough), tests=pairs)
     if p >= 0.05:
