@@ -36,7 +36,7 @@ from typing import Dict, List, Optional
 CORPUS = Path(__file__).resolve().parents[1] / "tests" / "data" / "real_runs"
 #: labelled problem -> finding ids that report it
 MATCHES = {
-    "reward_collapse": {"reward_collapse", "reward_dip"},
+    "reward_collapse": {"reward_collapse", "reward_dip", "reward_frozen"},
     "divergence": {
         "non_finite",
         "loss_spike",
@@ -50,7 +50,14 @@ MATCHES = {
     "entropy_collapse": {"entropy_collapse", "mode_collapse"},
     "kl_runaway": {"kl_above_target"},
     "no_learning": {"reward_flat", "updates_too_small", "reward_below_target", "task_reward_flat", "loss_flat"},
-    "no_signal": {"reward_no_signal", "reward_variance_died", "mode_collapse", "reward_flat", "task_reward_flat"},
+    "no_signal": {
+        "reward_no_signal",
+        "reward_variance_died",
+        "mode_collapse",
+        "reward_flat",
+        "task_reward_flat",
+        "reward_frozen",
+    },
     "length_hacking": {"length_hacking", "truncation_high"},
     "preference_overfit": {"preference_overfit"},
     "preference_no_learning": {"preference_no_learning", "loss_flat"},
@@ -73,6 +80,7 @@ BLIND = {
     "blind13": ("f559a5c", "recall 100% of 1, quiet on 50% of 2, 0.33 false alarms/run, LR against 0, 100% read"),
     "blind14": ("91c348e", "no unhealthy run, quiet on 100% of 2, 0.00 false alarms/run, LR against 0, 100% read"),
     "blind15": ("f839d33", "recall 38% of 8, quiet on 75% of 4, 0.50 false alarms/run, LR against 3, 100% read"),
+    "blind16": ("062e096", "recall 0% of 3, quiet on 100% of 2, 0.00 false alarms/run, LR against 0, 60% read"),
 }
 BATCHES = ("seed", *BLIND)
 

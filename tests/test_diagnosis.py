@@ -137,6 +137,9 @@ CASES = {
     ),
     "reward_cv_high": lambda: healthy(reward=0.3 + 0.3 * np.where(T % 2 == 0, 1, -1), reward_std=None),
     "reward_variance_died": lambda: healthy(reward_std=0.3 * np.exp(-T / 8)),
+    "reward_frozen": lambda: healthy(  # rose, then every sample scored 0 (empty outputs): exactly 0 from step 40
+        reward=np.where(T < 40, 0.2 + 0.01 * T + np.random.default_rng(4).normal(0, 0.02, N), 0.0)
+    ),
     "best_of_n_gap": lambda: healthy(reward_best_of_n=0.6 + 0.6 * (1 - np.exp(-T / 15))),
     "mode_collapse": lambda: healthy(
         reward=0.3 + np.random.default_rng(9).normal(0, 0.01, N), frac_reward_zero_std=np.minimum(1, T / 20)

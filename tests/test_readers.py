@@ -280,3 +280,26 @@ def test_runs_appended_to_one_log_are_told_apart_but_a_resume_or_an_epoch_counte
     assert len(readers.read_runs(write(tmp_path, "e.jsonl", epochs))) == 1
     evals = jsonl([5, 10]) + json.dumps({"step": 0, "eval_reward": 0.2}) + "\n" + jsonl([15])  # eval at step 0
     assert len(readers.read_runs(write(tmp_path, "v.jsonl", evals))) == 1
+
+
+def test_a_log_history_csv_whose_summary_columns_are_empty_until_the_last_row(tmp_path):
+    """``pd.DataFrame(trainer.state.log_history).to_csv()``: every row has the summary's columns, empty but in the
+    last one; only that row is the summary."""
+    text = (
+        "step,loss,reward,kl,train_runtime,train_loss\n"
+        "1,0.1,0.2,0.0,,\n2,0.1,0.3,0.01,,\n3,0.1,0.4,0.02,,\n3,,,,61.2,0.1\n"
+    )
+    log = readers.read(write(tmp_path, "history.csv", text))
+    assert [r["reward"] for r in log.train] == [0.2, 0.3, 0.4] and "train_runtime" not in log.train[-1]
+
+
+def test_a_json_object_of_named_runs_each_with_its_metric_series(tmp_path):
+    runs = {
+        "grpo": {"accuracy": 0.3, "status": "ok", "reward_curve": [0.1, 0.2, 0.3], "kl_curve": [0.0, 0.01, 0.02]},
+        "dapo": {"accuracy": 0.0, "reward_curve": [0.1, 0.0, 0.0]},
+        "notes": {"seed": 1},  # no series: not a run
+    }
+    logs = readers.read_runs(write(tmp_path, "ablations.json", json.dumps(runs)))
+    assert [log.run for log in logs] == ["run 'grpo', steps 1-3", "run 'dapo', steps 1-3"]
+    assert [r["reward"] for r in logs[0].train] == [0.1, 0.2, 0.3] and logs[0].train[2]["kl"] == 0.02
+    assert logs[0].format == "json_runs" and "accuracy" not in logs[0].train[0]  # a final score is no series

@@ -61,7 +61,14 @@ PRIORITY = (
         "preference_no_learning",
         "loss_flat",
     ),
-    ("mode_collapse", "reward_cv_high", "reward_variance_rising", "reward_variance_died", "best_of_n_gap"),
+    (
+        "mode_collapse",
+        "reward_frozen",
+        "reward_cv_high",
+        "reward_variance_rising",
+        "reward_variance_died",
+        "best_of_n_gap",
+    ),
     ("truncation_high", "length_hacking"),
     ("short_history",),
 )

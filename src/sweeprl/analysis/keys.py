@@ -258,7 +258,8 @@ def canonical(name: str) -> str:
             name = name[len(prefix) :]
     if name not in ALIASES and name.lower() in ALIASES | {k: k for k in READ}:
         name = name.lower()  # ``KL``, ``Reward``
-    for suffix in ("_avg", "_mean", "_average"):  # ``rewards_avg``, ``kl_mean``: the averaged quantity itself
+    # ``rewards_avg``, ``kl_mean``: the averaged quantity itself; ``reward_curve``, ``loss_history``: its series
+    for suffix in ("_avg", "_mean", "_average", "_curve", "_history"):
         stem = name[: -len(suffix)]
         if name.endswith(suffix) and name not in ALIASES and name not in READ and stem:
             if stem in ALIASES or stem in READ:

@@ -3,7 +3,8 @@
 Formats, told apart by content (not by file name alone):
 
 - TRL / HF ``trainer_state.json`` (its ``log_history``), a bare JSON list of such records (pretty-printed or
-  not), a JSON object of equal-length metric lists (``{"rewards_avg": [...], "kl_avg": [...]}``), and JSONL of
+  not), a JSON object of equal-length metric lists (``{"rewards_avg": [...], "kl_avg": [...]}``) or of named runs
+  holding such lists (``{"grpo": {"reward_curve": [...]}, "dapo": {...}}``), and JSONL of
   records — nested dicts (verl's ``{"step": 3, "data": {...}}``) are flattened with ``/``;
 - CSV exports (experiment trackers, hand-written loops);
 - console logs: the ``{'loss': 0.1, ...}`` dicts the HF Trainer prints (TRL, Unsloth, LLaMA-Factory), verl's
@@ -96,12 +97,14 @@ def _json_candidates(text: str) -> List[Tuple[List[Dict[str, Any]], str]]:
     if isinstance(whole, dict):
         if isinstance(whole.get("log_history"), list):
             return [(whole["log_history"], "trainer_state")]
-        columns = {
-            k: v for k, v in whole.items() if isinstance(v, list) and v and all(number(x) is not None for x in v)
-        }
+        columns = _columns(whole)
         if len(columns) >= 2 and len({len(v) for v in columns.values()}) == 1:  # {"reward": [...], "kl": [...]}
-            n = len(next(iter(columns.values())))
-            return [([{k: v[i] for k, v in columns.items()} for i in range(n)], "json_columns")]
+            return [(_column_rows(columns), "json_columns")]
+        # {"grpo": {"accuracy": 0.3, "reward_curve": [...]}, "dapo": {...}}: named runs, each of metric lists
+        runs = {name: _columns(v) for name, v in whole.items() if isinstance(v, dict)}
+        runs = {name: c for name, c in runs.items() if c and len({len(v) for v in c.values()}) == 1}
+        if runs:
+            return [([{RUN_KEY: name, **row} for name, c in runs.items() for row in _column_rows(c)], "json_runs")]
         return [
             (v, "json_list")
             for v in whole.values()
@@ -120,6 +123,18 @@ def _json_candidates(text: str) -> List[Tuple[List[Dict[str, Any]], str]]:
         if isinstance(rec, dict):
             rows.append(rec)
     return [(rows, "jsonl")] if len(rows) >= 2 and bad <= 0.2 * len(rows) else []
+
+
+def _columns(obj: Dict[str, Any]) -> Dict[str, List[Any]]:
+    """The numeric lists of a JSON object (its per-step metric series), at least 2 values each."""
+    return {
+        k: v for k, v in obj.items() if isinstance(v, list) and len(v) >= 2 and all(number(x) is not None for x in v)
+    }
+
+
+def _column_rows(columns: Dict[str, List[Any]]) -> List[Dict[str, Any]]:
+    n = len(next(iter(columns.values())))
+    return [{k: v[i] for k, v in columns.items()} for i in range(n)]
 
 
 def _wandb_panel(rows: List[Dict[str, Any]]) -> Optional[List[Dict[str, Any]]]:
@@ -197,7 +212,8 @@ def normalise(rows: Iterable[Dict[str, Any]]) -> Log:
     """Train and eval records (numeric fields, sweeprl's names, a ``step`` each, merged per step) and what was
     used and ignored."""
     rows = [flatten(r) for r in rows]
-    rows = [r for r in rows if not any(k in r for k in SUMMARY_KEYS)]
+    # the trainer's closing summary (train_runtime, ...); a CSV export has those columns, empty, in every row
+    rows = [r for r in rows if not any(number(r.get(k)) is not None for k in SUMMARY_KEYS)]
     stepless = not any(number(r.get(k)) is not None for r in rows for k in keys.STEP_KEYS)
     epochs = [number(r.get("epoch")) for r in rows]
     # per-epoch logs are stepped by their epoch; a fractional epoch is a step's progress through the data (TRL's

@@ -45,6 +45,7 @@ from sweeprl.analysis.rules.reward import (
     f_reward_collapse,
     f_reward_dip,
     f_reward_flat,
+    f_reward_frozen,
     f_short_history,
     f_task_reward_flat,
 )
@@ -66,6 +67,7 @@ RULES: tuple[Callable[[View], Optional[Finding]], ...] = (
     f_reward_variance_rising,
     f_reward_cv_high,
     f_reward_variance_died,
+    f_reward_frozen,
     f_best_of_n_gap,
     f_mode_collapse,
     f_entropy_collapse,

@@ -320,6 +320,48 @@ def f_reward_flat(v: View) -> Optional[Finding]:
     )
 
 
+def f_reward_frozen(v: View) -> Optional[Finding]:
+    """The reward, after it moved, is the same to the last digit at every step of the run's last stretch (at least
+    5 steps and a quarter of the log): a mean over sampled completions cannot hold still by chance, so every sample
+    of every group scored alike and the updates carry no signal. At the run's best, the prompts are solved; below
+    it, the outputs became degenerate (empty, cut off, one fixed answer) or the reward stopped discriminating. A
+    reward that never moved is :func:`f_reward_flat`'s, whose evidence says the same."""
+    r = v.reward
+    if r.n < 8 or flat_shape(v) is not None:
+        return None
+    last = float(r.values[-1])
+    held = int(np.argmax(r.values[::-1] != last)) if np.any(r.values != last) else r.n
+    if held < max(5, math.ceil(v.th.window * r.n)):
+        return None
+    since, best = int(r.steps[r.n - held]), float(r.values.max())
+    what = f"reward exactly {num(last, 4)} at every one of the last {held} logged steps (from step {since})"
+    if last >= best:
+        return Finding(
+            "reward_frozen",
+            "warning",
+            what + ", its best",
+            [since],
+            "every sample earns the full reward: these prompts are solved, and the updates since carry no signal",
+            v.rec("Stop at that step, or move to harder prompts (a curriculum)."),
+            confidence=0.9,
+            onset=since,
+        )
+    return Finding(
+        "reward_frozen",
+        "warning",
+        f"{what}, below its best {num(best, 3)} (step {int(r.steps[int(np.argmax(r.values))])})",
+        [since],
+        "every sample scores the same: the outputs became degenerate (empty, cut off, one fixed answer) or the "
+        "reward stopped telling them apart, so no gradient flows",
+        v.rec(
+            f"Read the completions from step {since} on; keep the checkpoint before it. The log does not show the "
+            "size of the updates, so the learning rate is not the evident cause."
+        ),
+        confidence=0.9,
+        onset=since,
+    )
+
+
 def f_reward_below_target(v: View) -> Optional[Finding]:
     r = v.reward
     if v.th.target_reward is None or not r:
