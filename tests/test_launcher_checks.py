@@ -37,6 +37,7 @@ def test_a_lost_slurm_job_is_told_by_its_own_accounting_record(tmp_path, monkeyp
     monkeypatch.setenv("SLURMD_NODENAME", "gpu-7")
     record_place(str(tmp_path / "trial_1"))
     assert read_place(tmp_path / "trial_1") == {"slurm_job": "40_1", "node": "gpu-7"}
+    assert [p.name for p in (tmp_path / "trial_1").iterdir()] == ["job_place.json"]  # written whole, then renamed
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     sacct = bin_dir / "sacct"  # answers for job 40_1 only, as the real one with -X -n -P -o State,ExitCode

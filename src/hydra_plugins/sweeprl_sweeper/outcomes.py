@@ -284,9 +284,11 @@ def record_place(output_dir: str) -> None:
     elif "ray" in sys.modules and sys.modules["ray"].is_initialized():
         ray = sys.modules["ray"]
         place = {"ray_node": ray.get_runtime_context().get_node_id(), "node": ray.util.get_node_ip_address()}
-    if place:
+    if place:  # written whole, then renamed: a reader polling for the file never sees it half written
         Path(output_dir).mkdir(parents=True, exist_ok=True)
-        (Path(output_dir) / PLACE_FILE).write_text(json.dumps(place))
+        tmp = Path(output_dir) / (PLACE_FILE + ".tmp")
+        tmp.write_text(json.dumps(place))
+        os.replace(tmp, Path(output_dir) / PLACE_FILE)
 
 
 def read_place(job_dir: Any) -> Dict[str, Any]:
