@@ -114,47 +114,39 @@ def f_reward_variance_died(v: View) -> Optional[Finding]:
         not nothing and s["late"] >= s["start"] + 0.8 * max(s["gain"], 0.0) and s["gain"] > v.th.flat_gain * s["scale"]
     )
     onset = first_sustained(std.values <= 0.25 * e, min(3, std.n))
+    fell = f"within-group reward std fell from {num(e, 3)} to {num(l_, 3)}"
+
+    def died(severity: str, text: str, cause: str, rec: Dict[str, Any]) -> Finding:
+        at = int(std.steps[onset]) if onset is not None else None
+        return Finding("reward_variance_died", severity, text, [], cause, rec, confidence=0.7, onset=at)
+
     if nothing:
-        return Finding(
-            "reward_variance_died",
+        return died(
             "warning",
-            f"within-group reward std fell from {num(e, 3)} to {num(l_, 3)} with the reward at 0 and never above it",
-            [],
+            f"{fell} with the reward at 0 and never above it",
             "no sample earns any reward any more, so every group scores alike and there is no signal: the reward "
             "is too sparse for this model (or its penalties cancel out)",
             v.rec(
                 "Give the model a signal: easier prompts, partial credit in the reward, or more samples per prompt.",
                 v.change("num_generations", "increase", 2.0),
             ),
-            confidence=0.7,
-            onset=int(std.steps[onset]) if onset is not None else None,
         )
     if saturated:
-        return Finding(
-            "reward_variance_died",
+        return died(
             "info",
-            f"within-group reward std fell from {num(e, 3)} to {num(l_, 3)} while the reward reached "
-            f"{num(s['late'], 3)}",
-            [],
+            f"{fell} while the reward reached {num(s['late'], 3)}",
             "saturation: the samples of a prompt all score (almost) the same because the task is solved for these "
             "prompts; further updates carry little signal",
             v.rec("Stop here, or move to harder prompts (a curriculum)."),
-            confidence=0.7,
-            onset=int(std.steps[onset]) if onset is not None else None,
         )
-    return Finding(
-        "reward_variance_died",
+    return died(
         "warning",
-        f"within-group reward std fell from {num(e, 3)} to {num(l_, 3)} without the reward improving "
-        f"({num(s['start'], 3)} -> {num(s['late'], 3)})",
-        [],
+        f"{fell} without the reward improving ({num(s['start'], 3)} -> {num(s['late'], 3)})",
         "collapse: the policy samples the same completion for a prompt, or the reward stopped discriminating",
         v.rec(
             "Raise the sampling temperature; check the reward still separates good from bad samples.",
             v.change("temperature", "increase", 1.15),
         ),
-        confidence=0.7,
-        onset=int(std.steps[onset]) if onset is not None else None,
     )
 
 
