@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Dict, Optional
+from typing import Any, Dict, Optional
 
 import numpy as np
 
@@ -322,8 +322,8 @@ def f_reward_flat(v: View) -> Optional[Finding]:
 
 def f_reward_frozen(v: View) -> Optional[Finding]:
     """The reward, after it moved, is the same to the last digit at every step of the run's last stretch (at least
-    5 steps and a quarter of the log): a mean over sampled completions cannot hold still by chance, so every sample
-    of every group scored alike and the updates carry no signal. At the run's best, the prompts are solved; below
+    5 steps and a quarter of the log), a run of repeats its earlier frequency makes unlikely (p < 0.05): every
+    sample of every group scored alike and the updates carry no signal. At the run's best, the prompts are solved; below
     it, the outputs became degenerate (empty, cut off, one fixed answer) or the reward stopped discriminating. A
     reward that never moved is :func:`f_reward_flat`'s, whose evidence says the same."""
     r = v.reward
@@ -333,8 +333,18 @@ def f_reward_frozen(v: View) -> Optional[Finding]:
     held = int(np.argmax(r.values[::-1] != last)) if np.any(r.values != last) else r.n
     if held < max(5, math.ceil(v.th.window * r.n)):
         return None
+    before = r.values[: r.n - held]
+    share = (float(np.sum(before == last)) + 1) / (before.size + 2)  # how often that value came up before
+    p = share**held  # the chance of ``held`` repeats in a row at that rate (a discrete reward repeats itself)
     since, best = int(r.steps[r.n - held]), float(r.values.max())
-    what = f"reward exactly {num(last, 4)} at every one of the last {held} logged steps (from step {since})"
+    what = (
+        f"reward exactly {num(last, 4)} at every one of the last {held} logged steps (it came up on {share:.0%} of "
+        f"the steps before: {held} in a row by chance {pval(p)})"
+    )
+    if p >= 0.05:
+        v.weak.append(f"reward_frozen: {what}")
+        return None
+    common: Dict[str, Any] = dict(confidence=evidence_confidence(p, v.short), onset=since)
     if last >= best:
         return Finding(
             "reward_frozen",
@@ -343,8 +353,7 @@ def f_reward_frozen(v: View) -> Optional[Finding]:
             [since],
             "every sample earns the full reward: these prompts are solved, and the updates since carry no signal",
             v.rec("Stop at that step, or move to harder prompts (a curriculum)."),
-            confidence=0.9,
-            onset=since,
+            **common,
         )
     return Finding(
         "reward_frozen",
@@ -357,8 +366,7 @@ def f_reward_frozen(v: View) -> Optional[Finding]:
             f"Read the completions from step {since} on; keep the checkpoint before it. The log does not show the "
             "size of the updates, so the learning rate is not the evident cause."
         ),
-        confidence=0.9,
-        onset=since,
+        **common,
     )
 
 
