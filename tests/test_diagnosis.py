@@ -234,6 +234,17 @@ def test_length_and_reward_that_both_grow_are_hacking_only_when_they_move_togeth
     assert "length_hacking" in diagnose(paid).ids()
 
 
+def test_a_reward_that_repeats_as_often_as_it_did_before_is_not_frozen():
+    """Exactly 1.0 over the last 15 steps, but 1.0 was already the value of 38 of the 45 steps before (a pass rate
+    on a few prompts): 15 in a row happens by chance (p = 0.83^15 = 0.06), so it is not evidence of a frozen
+    reward; the same tail after a reward that never repeated is (the positive case in CASES)."""
+    reward = np.ones(N)
+    reward[:5], reward[[12, 44]] = 0.0, 0.9
+    d = diagnose(healthy(reward=reward))
+    assert "reward_frozen" not in d.ids()
+    assert any(w.startswith("reward_frozen:") and "p=0.06" in w for w in d.not_enough_evidence)
+
+
 def test_a_tiny_steady_rise_at_the_floor_of_a_0_1_reward_is_still_flat():
     """0.041 -> 0.047 over 60 steps rises beyond the noise, but nearly every group still scores all zeros: no
     signal. The same steady rise in the middle of the scale is a slow learner, not a flat reward."""
