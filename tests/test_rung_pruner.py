@@ -13,6 +13,7 @@ from conftest import REPO
 from hydra_plugins.sweeprl_sweeper.rung_pruner import RungPruner
 
 sys.path.insert(0, str(REPO / "bench"))
+import pruner_ceiling  # noqa: E402
 import pruner_replay  # noqa: E402
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -97,16 +98,28 @@ def test_the_pruner_on_the_curve_bank():
     rng = np.random.default_rng(0)
     orders = [(trials, rng.permutation(len(trials))) for trials in sweeps for _ in range(20)]
 
-    def figures(factory, first=10):
-        got = [pruner_replay.replay(trials, order, factory, first) for trials, order in orders]
+    def replays(factory, first=10):
+        return [pruner_replay.replay(trials, order, factory, first) for trials, order in orders]
+
+    def mean(got):
         return [float(np.mean([g[k] for g in got])) for k in ("saved", "best_kept", "regret")]
 
-    saved, kept, regret = figures(RungPruner)
+    default = replays(RungPruner)
+    four = ((0.125, 0.25, 0.375, 0.5), (2.5, 1.5, 2.0, 2.5))
+    # bench/pruner_ceiling.py's fast rule decides as the real pruner does, order by order
+    for (rungs, eta), real in (
+        (((0.125, 0.25, 0.5), (2.0, 2.0, 3.0)), default),
+        (four, replays(lambda: RungPruner(*four))),
+    ):
+        fast = [pruner_ceiling.replay(trials, order, rungs, eta) for trials, order in orders]
+        assert [g["best_kept"] for g in real] == [g["best_kept"] for g in fast]
+        assert [g["saved"] for g in real] == pytest.approx([g["saved"] for g in fast])
+    saved, kept, regret = mean(default)
     assert 0.46 <= saved <= 0.56, saved
     assert kept >= 0.84 and regret <= 0.015, (kept, regret)
-    earlier = figures(lambda: RungPruner(rungs=(0.2, 0.5), eta=3.0))  # the two-rung setting it replaced
+    earlier = mean(replays(lambda: RungPruner(rungs=(0.2, 0.5), eta=3.0)))  # the two-rung setting it replaced
     assert earlier[0] < saved - 0.03 and earlier[1] >= kept
-    median = figures(optuna.pruners.MedianPruner, 20)
+    median = mean(replays(optuna.pruners.MedianPruner, 20))
     assert median[0] < saved - 0.1  # what Optuna's default gives up
 
 
