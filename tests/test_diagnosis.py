@@ -13,7 +13,7 @@ import pytest
 from conftest import PYTHON, compose_cfg
 from sweeprl.analysis.advice import PARAMS
 from sweeprl.analysis.diagnosis import FINDING_IDS, Thresholds, diagnose, sweep_level, to_markdown
-from sweeprl.analysis.history import RunHistory, config_values, load
+from sweeprl.analysis.history import RunHistory, config_values, load, load_runs, run_algo
 
 N = 60
 T = np.arange(N, dtype=float)
@@ -869,3 +869,49 @@ def test_the_student_t_tail_matches_scipy_without_importing_it():
         for z in (-3.0, -0.1, 0.0, 0.5, 1.645, 2.7, 8.0, 55.0):
             assert one_sided_p(z, df) == pytest.approx(float(t.sf(z, df)), rel=1e-9, abs=1e-300)
     assert one_sided_p(1.645) == pytest.approx(0.05, abs=1e-4)  # no df: the normal tail
+
+
+def test_a_rise_of_half_the_flat_gain_beyond_the_noise_is_learning_not_a_flat_reward():
+    """A 0-1 reward 0.10 -> 0.17 over 11 logged points (a hard task, every 40th step of a verl export): under the
+    flat gain of its scale, but far beyond its step-to-step noise, so the run learns. The same rise under a swing
+    of +-0.08 from step to step is still flat."""
+    steady = [0.103, 0.109, 0.137, 0.188, 0.131, 0.211, 0.156, 0.177, 0.177, 0.160, 0.180]
+    assert "reward_flat" not in diagnose(RunHistory("steady", records({"reward": np.array(steady)}, n=11))).ids()
+    noisy = np.linspace(0.10, 0.17, 11) + 0.08 * np.array([1, -1] * 5 + [1])
+    assert "reward_flat" in diagnose(RunHistory("noisy", records({"reward": noisy}, n=11))).ids()
+
+
+def test_a_tiny_approx_kl_is_no_evidence_of_small_updates_when_the_entropy_moved():
+    """verl's actor/ppo_kl compares the policy with itself one update earlier: ~0 for a single on-policy update
+    per batch, whatever the learning rate. An entropy that fell 0.8 -> 0.35 meanwhile says the updates changed the
+    policy, so neither updates_too_small nor reward_flat raises the learning rate; the same log with the entropy
+    steady does."""
+    g = np.random.default_rng(4)
+    reward = 0.3 + g.normal(0, 0.01, N)
+    tiny = {"policy/approxkl_avg": np.full(N, 1e-5), "clip_ratio/region_mean": np.zeros(N)}
+    falling = 0.35 + 0.6 * np.exp(-T / 8)
+    moved = diagnose(RunHistory("moved", records({"reward": reward, "entropy": falling, **tiny})))
+    assert "updates_too_small" not in moved.ids()
+    assert "increase" not in {c["direction"] for c in moved.changes() if c["param"] == "learning_rate"}
+    still = diagnose(RunHistory("still", records({"reward": reward, "entropy": np.full(N, 0.8), **tiny})))
+    assert {c["direction"] for c in still.changes() if c["param"] == "learning_rate"} == {"increase"}
+
+
+def test_a_kl_runaway_without_a_kl_penalty_asks_for_one_not_for_a_lower_learning_rate(tmp_path):
+    """A PPO sweep CSV (its ``method`` column names PPO on every row, which outweighs the bare ``kl`` column PPO
+    logs too) with a run at beta 0 whose KL climbs to ~90 nats: the cause is the missing penalty. A run at beta
+    0.2 whose KL climbs as far is told to lower the learning rate as well."""
+    path = tmp_path / "sweep.csv"
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["method", "beta", "seed", "step", "kl", "proxy"])
+        for beta in (0.0, 0.2):
+            for i in range(15):
+                w.writerow(["PPO", beta, 0, 5 * i, min(95.0, 0.2 + 7.0 * i), 3 + 0.3 * i])
+    runs = load_runs(str(path))
+    assert len(runs) == 2 and {run_algo(r) for r in runs} == {"ppo"}
+    free, held = (next(diagnose(r) for r in runs if r.records[0]["kl_coef"] == b) for b in (0.0, 0.2))
+    nopen = changes(free, "kl_above_target")
+    assert "KL coefficient 0" in next(f for f in free.findings if f.id == "kl_above_target").evidence
+    assert set(nopen) == {"beta"} and nopen["beta"]["direction"] == "increase" and nopen["beta"]["override"] is None
+    assert changes(held, "kl_above_target")["learning_rate"]["direction"] == "decrease"

@@ -113,7 +113,8 @@ class Advice:
             return None
         current = self.current(param)
         c = Change(param, direction, factor)
-        if current is None and value is None:  # a history without config: direction only, in the tool's terms
+        # a history without config: direction only, in the tool's terms (a sweeprl override means nothing there)
+        if current is None and (value is None or self.framework is not None):
             c.setting = FOREIGN.get(self.framework or "", {}).get(param)
             return c
         extra: List[str] = []

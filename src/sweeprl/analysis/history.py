@@ -41,18 +41,21 @@ class RunHistory:
     eval_only: bool = False  # the log holds evaluation records only, read as the run's curve
 
 
-def infer_algo(records: List[Dict[str, float]]) -> Optional[str]:
+def infer_algo(records: List[Dict[str, float]], weak: bool = True) -> Optional[str]:
     """The algorithm family of a history without config, from evidence in its metrics (not one column name):
     preference optimisation (``dpo``) when it logs chosen/rejected rewards, ``ppo`` when it has a learned value
     function (a critic's loss or explained variance) or TRL's per-sequence ``objective/kl``, ``grpo`` (critic-free
-    RL: GRPO, RLOO, REINFORCE++, DAPO) when it logs group statistics, a per-token KL, a clip ratio or completion
-    lengths without a critic; else None (a reward and a loss alone do not tell)."""
+    RL: GRPO, RLOO, REINFORCE++, DAPO) when it logs group statistics or, as ``weak`` evidence that PPO logs too, a
+    bare KL, a clip ratio or completion lengths without a critic; else None (a reward and a loss alone do not
+    tell)."""
     names = {k for r in records[:200] for k in r}
     if names & set(keys.PREFERENCE):
         return "dpo"
     if names & (set(keys.VALUE_FUNCTION) | {"objective/kl", "objective/scores"}):
         return "ppo"
-    if names & {*keys.ZERO_STD, *keys.REWARD_STD, "kl", *keys.CLIP_FRACTION, *keys.COMPLETION_LENGTH}:
+    if names & {*keys.ZERO_STD, *keys.REWARD_STD}:
+        return "grpo"
+    if weak and names & {"kl", *keys.CLIP_FRACTION, *keys.COMPLETION_LENGTH}:
         return "grpo"
     return None
 
@@ -78,8 +81,10 @@ FAMILY = {"grpo": "grpo", "rloo": "grpo", "ppo": "ppo", "dpo": "dpo", "kto": "dp
 
 def run_algo(run: RunHistory) -> Optional[str]:
     """The run's algorithm family: its config's, else the evidence of its metrics (:func:`infer_algo`), else the
-    algorithm its own text names (a loss-only table of a ``KTOTrainer`` notebook)."""
-    return run.algo or infer_algo(run.records + run.eval_records) or FAMILY.get(run.named_algo or "")
+    algorithm its own text names (a loss-only table of a ``KTOTrainer`` notebook; a CSV whose ``method`` column
+    says PPO on every row outweighs a bare ``kl`` column, which PPO logs too)."""
+    records = run.records + run.eval_records
+    return run.algo or infer_algo(records, weak=False) or FAMILY.get(run.named_algo or "") or infer_algo(records)
 
 
 def records_of(rows: List[Dict[str, Any]]) -> List[Dict[str, float]]:

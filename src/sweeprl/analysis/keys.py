@@ -25,6 +25,7 @@ APPROX_KL = ("policy/approxkl_avg",)
 EXPLAINED_VARIANCE = ("val/explained_var",)
 COMPLETION_LENGTH = ("completions/mean_length",)
 TRUNCATED = ("completions/clipped_ratio",)
+KL_COEF = ("kl_coef",)  # the KL penalty's coefficient, where the log records it (0: no penalty)
 #: a NaN/inf in any of these makes a logged step non-finite
 FINITE_WATCH = (*REWARD, *LOSS, *KL, *ENTROPY, *GRAD_NORM, *VALUE_LOSS)
 
@@ -169,6 +170,9 @@ VOCABULARY = (
     ("deepspeed", "act_loss", "loss/policy_avg"),
     ("deepspeed", "cri_loss", "loss/value_avg"),
     ("custom", "actor_loss", "loss"),
+    ("custom", "beta", "kl_coef"),  # RL loops name the KL coefficient after the KL-regularised objective's beta
+    ("custom", "kl_coeff", "kl_coef"),
+    ("verl", "actor/reward_kl_penalty_coeff", "kl_coef"),
 )
 ALIASES = {theirs: ours for _, theirs, ours in VOCABULARY}
 
@@ -235,6 +239,7 @@ READ = {
     *EXPLAINED_VARIANCE,
     *COMPLETION_LENGTH,
     *TRUNCATED,
+    *KL_COEF,
     *PREFERENCE,
     "learning_rate",
 }

@@ -311,7 +311,7 @@ def _update_size(v: View) -> tuple[Optional[str], str]:
         e0, e1 = ent.early(th.window).mean(), ent.late(th.window).mean()
         if abs(e1 / e0 - 1) < 0.05:  # no KL logged: an entropy that never moved is the evidence left
             small.append(f"entropy {num(e0, 3)} -> {num(e1, 3)}")
-    if small and policy_moved(v) is None:
+    if small and policy_moved(v, share=0.5) is None:
         return "small", "; ".join(small)
     if kl.n or akl.n or ent.n or cf.n or gn.n:
         return None, "the KL, entropy, clip fraction and gradient norm in the log show neither large nor tiny updates"
@@ -390,15 +390,15 @@ def eval_rising(v: View) -> Optional[str]:
     return None
 
 
-def policy_moved(v: View) -> Optional[str]:
-    """Evidence, as text, that the policy changed a lot: its entropy fell or rose past the entropy thresholds
-    between the early and late windows; None when it did not. A reward that stays flat while the policy moves
-    this much is not a learning rate too low."""
+def policy_moved(v: View, share: float = 1.0) -> Optional[str]:
+    """Evidence, as text, that the policy changed a lot: its entropy fell or rose past ``share`` of the entropy
+    thresholds between the early and late windows; None when it did not. A reward that stays flat while the
+    policy moves this much is not a learning rate too low."""
     ent = v.c(keys.ENTROPY)
     if ent.n < 3:
         return None
     start, end = float(ent.early(v.th.window).mean()), float(ent.late(v.th.window).mean())
-    if start <= 0 or -v.th.entropy_drop < end / start - 1 < v.th.entropy_rise:
+    if start <= 0 or -v.th.entropy_drop * share < end / start - 1 < v.th.entropy_rise * share:
         return None
     return f"entropy {num(start, 3)} -> {num(end, 3)}"
 
@@ -450,7 +450,8 @@ def flat_shape(v: View) -> Optional[Dict[str, float]]:
     s = shape(v)
     moved = abs(s["late"] - s["start"]) >= v.th.flat_gain * s["scale"] or s["gain"] >= 2 * v.th.flat_gain * s["scale"]
     s["within_noise"] = float(moved)
-    if moved and v.reward.n >= 6:  # moved by the scale; but beyond the noise? (a reward of a few samples a
+    half = abs(s["late"] - s["start"]) >= 0.5 * v.th.flat_gain * s["scale"]
+    if (moved or half) and v.reward.n >= 6:  # moved by the scale; but beyond the noise? (a reward of a few samples a
         r = v.reward  # step swings by far more than its scale suggests)
         blocks = r.blocks(10)
         first = r.slice(r.steps <= blocks.steps[0] + 0.5 * r.block_steps(10))

@@ -7,6 +7,7 @@ from typing import Optional
 import numpy as np
 
 from sweeprl.analysis import keys
+from sweeprl.analysis.advice import FIRST_KL_COEF
 from sweeprl.analysis.curves import Curve
 from sweeprl.analysis.rules.base import (
     Finding,
@@ -261,6 +262,23 @@ def f_kl_above_target(v: View) -> Optional[Finding]:
     idx = [i for i, x in enumerate(kl.values) if x > target]
     onset = first_sustained(kl.values > target, min(3, kl.n))
     severity = "critical" if late > 5 * target else "warning"
+    coef = v.c(keys.KL_COEF)
+    if coef.n >= 3 and float(np.abs(coef.values).max()) == 0.0:  # no penalty: the learning rate is not the lever
+        return Finding(
+            "kl_above_target",
+            severity,
+            f"KL above target {num(target, 3)} on {frac:.0%} of steps (late median {num(late, 3)}, max "
+            f"{num(float(kl.values.max()), 3)}) with the KL coefficient 0 at every logged step",
+            v.steps(kl, idx),
+            "there is no KL penalty: nothing holds the policy near the reference, and it drifts as far as the "
+            "reward pays",
+            v.rec(
+                "Add a KL penalty (a coefficient above 0); the learning rate is not the evident cause.",
+                v.change("beta", "increase", value=FIRST_KL_COEF.get(v.algo or "grpo", 0.04)),
+            ),
+            confidence=v.confidence(late, target, 0.6),
+            onset=int(kl.steps[onset]) if onset is not None else None,
+        )
     if not v.target_kl_known:  # a default target, not the user's: only a KL that keeps growing is a problem
         z, p = trend_test(v, kl.late(0.5))
         growing = z is not None and z > 0 and p < 0.05
@@ -325,7 +343,8 @@ def f_updates_too_small(v: View) -> Optional[Finding]:
         return None
     if ent.n >= 3 and ent.late(v.th.window).mean() < v.th.entropy_floor:
         return None  # a deterministic policy: its updates are small because its samples never differ
-    moved = policy_moved(v)
+    # an entropy that moved by half the collapse threshold already says the updates changed the policy
+    moved = policy_moved(v, share=0.5)
     if moved:  # a tiny (or rounded: verl prints 3 decimals) approx-KL is then not the story
         v.weak.append(f"updates_too_small: the approx-KL or clip fraction is tiny, but the policy moved ({moved})")
         return None
