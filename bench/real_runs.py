@@ -195,6 +195,10 @@ afterwards by someone who did not run the tool, scored once as it came, and then
 authors' (licenses as stated by each repository; "none stated" means the repository has no license file; logs
 quoted in issues are quoted as such).
 
+`labels_second.jsonl` holds a second, independent labelling of every blind-batch run and 12 seed runs, by the same
+rules, written from anonymised copies of the files without the first labels or the tool's output:
+`bench/label_agreement.py` measures how far two analysts agree and scores the diagnosis against their consensus.
+
 """
 
 

@@ -12,10 +12,11 @@ import pytest
 from conftest import REPO
 
 sys.path.insert(0, str(REPO / "bench"))
+import label_agreement  # noqa: E402
 import real_runs  # noqa: E402
 
 #: (min recall, min share of healthy runs without a warning, max false alarms per run, max runs with learning-rate
-#: advice against the label) over all 249 runs: measured 81 % of 119, 95 % of 106, 0.19, 3 runs (BENCHMARKS.md)
+#: advice against the label) over all 254 runs: measured 80 % of 122, 95 % of 107, 0.19, 3 runs (BENCHMARKS.md)
 FLOORS = (0.80, 0.94, 0.22, 3)
 
 
@@ -52,6 +53,52 @@ def test_verdicts_keep_their_measured_figures(verdicts):
     assert f["read"] == 1.0, [v.id for v in verdicts if not v.read]
     assert f["recall"] >= recall and f["quiet_healthy"] >= quiet, real_runs.summary_line(f)
     assert f["false_alarms_per_run"] <= alarms and f["lr_against"] <= lr_against, real_runs.summary_line(f)
+
+
+def test_every_blind_run_has_a_second_label_in_the_same_vocabulary():
+    first = {r["id"]: r for r in real_runs.labels()}
+    second = label_agreement.second_labels()
+    assert {i for i, r in first.items() if r["batch"] != "seed"} <= set(second) <= set(first)
+    for i, r in second.items():
+        assert r["health"] in ("healthy", "unhealthy", "inconclusive"), i
+        assert set(r["problems"]) <= set(real_runs.MATCHES) and (r["health"] == "unhealthy") == bool(r["problems"]), i
+        assert r["lr_direction"] in ("lower", "raise", "none", "unknown") and r["reasoning"], i
+
+
+def test_labellers_are_scored_like_the_tool_and_their_consensus_leaves_out_what_they_disagree_on():
+    def lab(health, problems=(), lr="none"):
+        return {"health": health, "problems": list(problems), "lr_direction": lr, "batch": "blind1"}
+
+    a = {"1": lab("healthy"), "2": lab("unhealthy", ["no_signal"]), "3": lab("unhealthy", ["kl_runaway"], "lower")}
+    a["4"] = lab("unhealthy", ["divergence"])
+    b = {
+        "1": lab("unhealthy", ["kl_runaway"], "lower"),
+        "2": lab("unhealthy", ["no_learning"]),
+        "3": lab("inconclusive"),
+    }
+    b["4"] = lab("unhealthy", ["divergence", "reward_collapse"], "lower")
+    ids = list(a)
+    same = label_agreement.labeller_figures(a, a, ids)
+    assert (same["recall"], same["quiet_healthy"], same["false_alarms_per_run"], same["lr_against"]) == (1, 1, 0, 0)
+    f = label_agreement.labeller_figures(a, b, ids)
+    # run 2: no_learning and no_signal share reward_flat, the finding that reports both; run 3 was left inconclusive
+    assert f["recall"] == 2 / 3 and f["quiet_healthy"] == 0.0 and f["lr_against"] == 2
+    assert f["false_alarms_per_run"] == 1 / 4  # kl_runaway on the healthy run; reward_collapse is a divergence finding
+    both = label_agreement.consensus(a, b, ids)
+    assert set(both) == {"4"} and both["4"]["problems"] == ["divergence", "reward_collapse"]
+    assert both["4"]["lr_direction"] == "unknown"
+    assert label_agreement.kappa(["h", "h", "u", "u"], ["h", "u", "u", "u"]) == pytest.approx(0.5)
+
+
+def test_verdicts_on_the_runs_both_labellers_agree_on(verdicts):
+    """Current rules against the consensus of the two labellings (BENCHMARKS.md: 82 % of 79, 96 % of 72, 0.17,
+    1 run): a floor, like FLOORS."""
+    first = {r["id"]: r for r in real_runs.labels()}
+    both = label_agreement.consensus(first, label_agreement.second_labels(), list(label_agreement.second_labels()))
+    f = real_runs.figures(label_agreement.rescored({v.id: v for v in verdicts}, both))
+    assert f["unhealthy"] >= 70 and f["healthy"] >= 70, real_runs.summary_line(f)
+    assert f["recall"] >= 0.80 and f["quiet_healthy"] >= 0.94, real_runs.summary_line(f)
+    assert f["false_alarms_per_run"] <= 0.2 and f["lr_against"] <= 1, real_runs.summary_line(f)
 
 
 def test_a_preference_log_is_ranked_by_its_pair_accuracy_and_a_log_without_reward_says_so(verdicts, tmp_path):
