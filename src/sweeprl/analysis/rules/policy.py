@@ -263,23 +263,8 @@ def f_kl_above_target(v: View) -> Optional[Finding]:
     onset = first_sustained(kl.values > target, min(3, kl.n))
     severity = "critical" if late > 5 * target else "warning"
     coef = v.c(keys.KL_COEF)
-    if coef.n >= 3 and float(np.abs(coef.values).max()) == 0.0:  # no penalty: the learning rate is not the lever
-        return Finding(
-            "kl_above_target",
-            severity,
-            f"KL above target {num(target, 3)} on {frac:.0%} of steps (late median {num(late, 3)}, max "
-            f"{num(float(kl.values.max()), 3)}) with the KL coefficient 0 at every logged step",
-            v.steps(kl, idx),
-            "there is no KL penalty: nothing holds the policy near the reference, and it drifts as far as the "
-            "reward pays",
-            v.rec(
-                "Add a KL penalty (a coefficient above 0); the learning rate is not the evident cause.",
-                v.change("beta", "increase", value=FIRST_KL_COEF.get(v.algo or "grpo", 0.04)),
-            ),
-            confidence=v.confidence(late, target, 0.6),
-            onset=int(kl.steps[onset]) if onset is not None else None,
-        )
-    if not v.target_kl_known:  # a default target, not the user's: only a KL that keeps growing is a problem
+    unpenalised = coef.n >= 3 and float(np.abs(coef.values).max()) == 0.0  # the learning rate is not the lever
+    if not v.target_kl_known and not unpenalised:  # a default target: only a KL that keeps growing is a problem
         z, p = trend_test(v, kl.late(0.5))
         growing = z is not None and z > 0 and p < 0.05
         if not growing and late < 10 * target:
@@ -288,19 +273,34 @@ def f_kl_above_target(v: View) -> Optional[Finding]:
                 "(give --target-kl if the run had one)"
             )
             return None
+    if unpenalised:
+        cause = (
+            "there is no KL penalty: nothing holds the policy near the reference, and it drifts as far as the "
+            "reward pays"
+        )
+        rec = v.rec(
+            "Add a KL penalty (a coefficient above 0); the learning rate is not the evident cause.",
+            v.change("beta", "increase", value=FIRST_KL_COEF.get(v.algo or "grpo", 0.04)),
+        )
+    else:
+        cause = (
+            "the policy drifts from the reference faster than the KL penalty holds it: learning rate too high or "
+            "KL coefficient too low"
+        )
+        rec = v.rec(
+            "Raise the KL coefficient and lower the learning rate.",
+            v.change("beta", "increase", 2.0),
+            v.change("learning_rate", "decrease", 0.5),
+        )
     return Finding(
         "kl_above_target",
         severity,
         f"KL above target {num(target, 3)} on {frac:.0%} of steps (late median {num(late, 3)}, max "
-        f"{num(float(kl.values.max()), 3)})",
+        f"{num(float(kl.values.max()), 3)})"
+        + (" with the KL coefficient 0 at every logged step" if unpenalised else ""),
         v.steps(kl, idx),
-        "the policy drifts from the reference faster than the KL penalty holds it: learning rate too high or KL "
-        "coefficient too low",
-        v.rec(
-            "Raise the KL coefficient and lower the learning rate.",
-            v.change("beta", "increase", 2.0),
-            v.change("learning_rate", "decrease", 0.5),
-        ),
+        cause,
+        rec,
         confidence=v.confidence(late, target, 0.6),
         onset=int(kl.steps[onset]) if onset is not None else None,
     )
