@@ -82,6 +82,7 @@ BLIND = {
     "blind15": ("f839d33", "recall 38% of 8, quiet on 75% of 4, 0.50 false alarms/run, LR against 3, 100% read"),
     "blind16": ("062e096", "recall 0% of 3, quiet on 100% of 2, 0.00 false alarms/run, LR against 0, 60% read"),
     "blind17": ("afe1555", "recall 67% of 3, quiet on 0% of 1, 0.75 false alarms/run, LR against 2, 100% read"),
+    "blind18": ("d8e9d48", "recall 50% of 4, quiet on 50% of 4, 0.50 false alarms/run, LR against 2, 100% read"),
 }
 BATCHES = ("seed", *BLIND)
 
