@@ -915,3 +915,46 @@ def test_a_kl_runaway_without_a_kl_penalty_asks_for_one_not_for_a_lower_learning
     assert "KL coefficient 0" in next(f for f in free.findings if f.id == "kl_above_target").evidence
     assert set(nopen) == {"beta"} and nopen["beta"]["direction"] == "increase" and nopen["beta"]["override"] is None
     assert changes(held, "kl_above_target")["learning_rate"]["direction"] == "decrease"
+
+
+def test_gradient_norm_spikes_of_a_preference_run_are_judged_by_its_margin():
+    """TRL logs the gradient norm before clipping: isolated spikes to 1e5 that leave the margin rising are
+    information; the same spikes followed by a margin that falls away are a warning with a lower learning rate."""
+    gn = spiked(spiked(spiked(np.full(N, 4.0), 20, 1e5), 35, 3e4), 48, 6e4)
+    held = diagnose(dpo(grad_norm=gn))
+    assert next(f for f in held.findings if f.id == "grad_norm_spike").severity == "info"
+    g = np.random.default_rng(12)
+    margin = np.where(T < 21, T / 20, 0.1) + g.normal(0, 0.05, N)
+    harmed = diagnose(dpo(grad_norm=gn, **{"rewards/margins": margin}))
+    assert next(f for f in harmed.findings if f.id == "grad_norm_spike").severity != "info"
+
+
+def test_a_preference_run_with_no_gradient_learns_nothing_wherever_its_loss_sits():
+    """A reference that differs from the starting policy puts the loss at 0.61, not ln 2; a gradient norm of 0 at
+    every step still means the policy never changes (the values only repeat)."""
+    g = np.random.default_rng(13)
+    run = dpo(
+        loss=0.61 + g.normal(0, 0.004, N),
+        grad_norm=np.zeros(N),
+        **{"rewards/margins": 0.18 + g.normal(0, 0.02, N), "rewards/accuracies": np.ones(N)},
+    )
+    f = next(f for f in diagnose(run).findings if f.id == "preference_no_learning")
+    assert f.severity == "critical" and "gradient norm 0 at every step" in f.evidence
+    assert "preference_no_learning" not in diagnose(dpo(grad_norm=np.zeros(N))).ids()  # it learns: loss falls
+
+
+def test_a_policy_that_left_its_reference_is_not_told_its_updates_are_too_small():
+    """verl's approx-KL (consecutive policies) reads 0 while the KL to the reference climbs 0.0004 -> 0.065: the
+    updates moved the policy, so a flat reward gets no 'raise the learning rate'."""
+    g = np.random.default_rng(14)
+    cols = {
+        "reward": 0.4 + g.normal(0, 0.05, N),
+        "policy/approxkl_avg": np.zeros(N),
+        "clip_ratio/region_mean": np.zeros(N),
+        "entropy": 0.56 - 0.1 * T / N,
+    }
+    left = diagnose(RunHistory("left", records({**cols, "kl": 0.0004 + 0.065 * T / N})))
+    assert "updates_too_small" not in left.ids()
+    assert "increase" not in {c["direction"] for c in left.changes() if c["param"] == "learning_rate"}
+    stayed = diagnose(RunHistory("stayed", records({**cols, "kl": np.full(N, 1e-5)})))
+    assert {c["direction"] for c in stayed.changes() if c["param"] == "learning_rate"} == {"increase"}

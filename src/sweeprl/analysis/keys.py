@@ -173,6 +173,7 @@ VOCABULARY = (
     ("custom", "beta", "kl_coef"),  # RL loops name the KL coefficient after the KL-regularised objective's beta
     ("custom", "kl_coeff", "kl_coef"),
     ("verl", "actor/reward_kl_penalty_coeff", "kl_coef"),
+    ("verl", "actor/kl_coef", "kl_coef"),
 )
 ALIASES = {theirs: ours for _, theirs, ours in VOCABULARY}
 

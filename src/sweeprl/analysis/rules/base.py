@@ -311,7 +311,7 @@ def _update_size(v: View) -> tuple[Optional[str], str]:
         e0, e1 = ent.early(th.window).mean(), ent.late(th.window).mean()
         if abs(e1 / e0 - 1) < 0.05:  # no KL logged: an entropy that never moved is the evidence left
             small.append(f"entropy {num(e0, 3)} -> {num(e1, 3)}")
-    if small and policy_moved(v, share=0.5) is None:
+    if small and policy_moved(v, share=0.5) is None and left_reference(v) is None:
         return "small", "; ".join(small)
     if kl.n or akl.n or ent.n or cf.n or gn.n:
         return None, "the KL, entropy, clip fraction and gradient norm in the log show neither large nor tiny updates"
@@ -401,6 +401,17 @@ def policy_moved(v: View, share: float = 1.0) -> Optional[str]:
     if start <= 0 or -v.th.entropy_drop * share < end / start - 1 < v.th.entropy_rise * share:
         return None
     return f"entropy {num(start, 3)} -> {num(end, 3)}"
+
+
+def left_reference(v: View) -> Optional[str]:
+    """Evidence, as text, that the updates moved the policy off its reference: the logged KL to the reference at
+    a tenth of its target or more in the late window (an approx-KL between consecutive policies stays ~0 for one
+    on-policy update per batch, whatever the learning rate); None otherwise."""
+    kl = v.c(keys.KL)
+    if kl.n < 3:
+        return None
+    late = float(np.median(kl.late(v.th.window).values))
+    return f"KL to the reference {num(late, 3)}" if late >= 0.1 * v.target_kl else None
 
 
 def policy_still(v: View) -> Optional[str]:

@@ -166,8 +166,7 @@ def f_loss_spike(v: View) -> Optional[Finding]:
         progress, what = v.reward, "reward"
         harmed = _harmed(v, float(c.steps[i]), float(c.steps[idx[-1]]))
     else:
-        margin = v.c(keys.PREF_MARGIN)
-        progress, what = (margin, "margin") if margin else (v.c(keys.PREF_ACCURACY), "pair accuracy")
+        progress, what = _preference_progress(v)
         harmed = progress.n < 6 or not _pairs_held(v, progress, [float(c.steps[j]) for j in idx])
     if progress.n >= 6 and not harmed:
         return Finding(
@@ -291,6 +290,12 @@ def _harmed(v: View, first: float, last: float) -> bool:
     return harm
 
 
+def _preference_progress(v: View) -> tuple[Curve, str]:
+    """What a preference run's progress is read on: its reward margin, else its pair accuracy."""
+    margin = v.c(keys.PREF_MARGIN)
+    return (margin, "margin") if margin else (v.c(keys.PREF_ACCURACY), "pair accuracy")
+
+
 def _pairs_held(v: View, progress: Curve, spikes: List[float]) -> bool:
     """Did a preference loss's spikes leave the ranking as it was? No NaN after them, and after each spike the
     margin (pair accuracy) of the next 10 steps not below the 20 steps before it beyond its noise and
@@ -324,7 +329,12 @@ def _spike_finding(v: View, fid: str, names, what: str, cause: str, rec) -> Opti
     base = float(np.percentile(c.values[: idx[0]], 75))
     worst = float(max(c.values[i] for i in idx))
     first, last = float(c.steps[idx[0]]), float(c.steps[idx[-1]])
-    recovered = not _harmed(v, first, last) and (bool(r) or len(idx) <= 2)
+    progress, judged = r, "reward"
+    if not r and v.algo == "dpo":  # a preference run: its ranking of the pairs judges the harm
+        progress, judged = _preference_progress(v)
+        recovered = progress.n >= 6 and _pairs_held(v, progress, [float(c.steps[i]) for i in idx])
+    else:
+        recovered = not _harmed(v, first, last) and (bool(r) or len(idx) <= 2)
     evidence = (
         f"{len(idx)} {what} spike(s) above {v.th.spike_factor:g}x the upper quartile before them; largest "
         f"{num(worst, 4)} vs {num(base, 4)}"
@@ -333,7 +343,7 @@ def _spike_finding(v: View, fid: str, names, what: str, cause: str, rec) -> Opti
         return Finding(
             fid,
             "info",
-            evidence + ", and the reward went on as before",
+            evidence + f", and the {judged} went on as before",
             v.steps(c, idx),
             "an outlier batch; gradient clipping held it",
             v.rec("Nothing to change unless spikes recur; the samples at those steps show what caused them."),

@@ -15,6 +15,7 @@ from sweeprl.analysis.rules.base import (
     before_learning,
     first_sustained,
     flat_shape,
+    left_reference,
     policy_moved,
     policy_still,
     saturated,
@@ -343,8 +344,9 @@ def f_updates_too_small(v: View) -> Optional[Finding]:
         return None
     if ent.n >= 3 and ent.late(v.th.window).mean() < v.th.entropy_floor:
         return None  # a deterministic policy: its updates are small because its samples never differ
-    # an entropy that moved by half the collapse threshold already says the updates changed the policy
-    moved = policy_moved(v, share=0.5)
+    # an entropy that moved by half the collapse threshold, or a KL to the reference at a tenth of its target,
+    # already says the updates changed the policy
+    moved = policy_moved(v, share=0.5) or left_reference(v)
     if moved:  # a tiny (or rounded: verl prints 3 decimals) approx-KL is then not the story
         v.weak.append(f"updates_too_small: the approx-KL or clip fraction is tiny, but the policy moved ({moved})")
         return None

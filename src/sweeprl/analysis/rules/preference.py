@@ -145,6 +145,19 @@ def f_preference_overfit(v: View) -> Optional[Finding]:
     )
 
 
+def _no_gradient(v: View, bits: list) -> Finding:
+    return Finding(
+        "preference_no_learning",
+        "critical",
+        "; ".join(bits) + "; gradient norm 0 at every step",
+        [],
+        "no gradient reaches the weights: the policy never changes (frozen or unattached adapters, a loss detached "
+        "from the trainable parameters, or a reference that is the policy itself)",
+        v.rec("Fix the set-up before any hyperparameter: check which parameters require gradients."),
+        confidence=0.95,
+    )
+
+
 def f_preference_no_learning(v: View) -> Optional[Finding]:
     """No preference is learned: a DPO-type loss (or ORPO's odds-ratio term, ``-log_odds_ratio``) that stays at
     ln 2 with the margin ~0 and the pair accuracy ~0.5, or (any preference loss) a margin that never rises above 0
@@ -165,6 +178,11 @@ def f_preference_no_learning(v: View) -> Optional[Finding]:
     drift = float(term.early(0.2).mean() - term.late(0.2).mean()) < 0.01 * start
     at_ln2 = abs(late.mean() - start) <= 0.05 and not (z is not None and z < 0 and p < 0.05 and not drift)
     tied = margin.n >= 6 and float(np.abs(margin.values).max()) == 0.0  # every pair tied: accuracy reads 0
+    gn = v.c(keys.GRAD_NORM)
+    dead = gn.n >= 3 and float(np.abs(gn.values).max()) == 0.0
+    if dead and not at_ln2 and not (z is not None and z < 0 and p < 0.05):
+        # no gradient and a loss that does not fall, wherever it sits (the reference need not be the start)
+        return _no_gradient(v, [f"loss {num(late.mean(), 3)} over the last half, not falling"])
     if at_ln2:
         what = "the odds-ratio term -log_odds_ratio" if odds.n >= 6 else "loss"
         where = "KTO's start, 1 - sigmoid(0) = 0.5" if start != LN2 else f"ln 2 = {LN2:.3f}"
@@ -203,18 +221,8 @@ def f_preference_no_learning(v: View) -> Optional[Finding]:
         p = pm
     else:
         return None
-    gn = v.c(keys.GRAD_NORM)
-    if gn.n >= 3 and float(np.abs(gn.values).max()) == 0.0:
-        return Finding(
-            "preference_no_learning",
-            "critical",
-            "; ".join(bits) + "; gradient norm 0 at every step",
-            [],
-            "no gradient reaches the weights: the policy is the reference at every step (frozen or unattached "
-            "adapters, a loss detached from the trainable parameters, or a reference that is the policy itself)",
-            v.rec("Fix the set-up before any hyperparameter: check which parameters require gradients."),
-            confidence=0.95,
-        )
+    if dead:
+        return _no_gradient(v, bits)
     lr = v.c(("learning_rate",))
     warming = warming_up(v)
     if warming and loss.n < SHORT:  # a handful of warm-up steps: ln 2 is where DPO starts, not a verdict
