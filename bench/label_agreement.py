@@ -172,41 +172,48 @@ def main() -> int:
     health_a, health_b = [first[i]["health"] for i in ids], [second[i]["health"] for i in ids]
     agree = sum(x == y for x, y in zip(health_a, health_b)) / len(ids)
     print(
-        f"{len(ids)} runs labelled twice; health agreement {agree:.0%}, Cohen's kappa {kappa(health_a, health_b):.2f}; "
-        f"consensus on {len(both)} ({sum(v['health'] == 'unhealthy' for v in both.values())} unhealthy, "
-        f"{sum(v['health'] == 'healthy' for v in both.values())} healthy)"
+        f"{len(ids)} runs labelled twice; health agreement {agree:.0%}, Cohen's kappa {kappa(health_a, health_b):.2f}"
+    )
+    print(
+        f"consensus on {len(both)}: {sum(v['health'] == 'unhealthy' for v in both.values())} unhealthy, "
+        f"{sum(v['health'] == 'healthy' for v in both.values())} healthy"
     )
     rows = {
-        "second labeller vs first": summary_line(labeller_figures(first, second, ids)),
-        "first labeller vs second": summary_line(labeller_figures(second, first, ids)),
+        "second labeller vs first": labeller_figures(first, second, ids),
+        "first labeller vs second": labeller_figures(second, first, ids),
     }
     current = {i: judge(first[i]) for i in ids}
-    runs = {"current rules": current}
+    runs = {"now": current}
     if args.blind:
-        runs["at first scoring"] = blind_verdicts({i: first[i] for i in ids})
+        runs["first scoring"] = blind_verdicts({i: first[i] for i in ids})
     for name, verdicts in runs.items():
         for ref_name, ref in (("first", first), ("second", second), ("consensus", both)):
-            rows[f"diagnosis, {name}, vs {ref_name}"] = summary_line(figures(rescored(verdicts, ref)))
-    width = max(map(len, rows))
-    for name, line in rows.items():
-        print(f"{name:<{width}}  {line}")
+            rows[f"diagnosis {name} vs {ref_name}"] = figures(rescored(verdicts, ref))
+    # a table that fits 80 columns: recall and quiet share of the unhealthy / healthy runs, false alarms per run,
+    # runs with learning-rate advice against the label
+    print(f"\n{'':<38}{'recall':<13}{'quiet':<12}{'alarms':>6}{'LR':>7}")
+    for name, f in rows.items():
+        recall = f"{f['recall']:.0%} of {f['unhealthy']}"
+        quiet = f"{f['quiet_healthy']:.0%} of {f['healthy']}"
+        print(f"{name:<38}{recall:<13}{quiet:<12}{f['false_alarms_per_run']:>6.2f}{f['lr_against']:>7}")
+    print("alarms: false alarms per run; LR: runs told to move the LR against the label")
     if args.write:
         from benchmarks_md import update_row
 
         blind = sum(first[i]["batch"] in BLIND for i in ids)
-        held = [i for i in runs["at first scoring"] if i in both]
+        held = [i for i in runs["first scoring"] if i in both]
         update_row(
             "labellers_agree",
             f"second labeller scored against the first on {len(ids)} runs ({blind} of the blind batches; the ceiling "
             "of a score against one labeller)",
             "independent relabelling from anonymised files (tests/data/real_runs/labels_second.jsonl)",
-            rows["second labeller vs first"] + f"; kappa {kappa(health_a, health_b):.2f}",
+            summary_line(rows["second labeller vs first"]) + f"; kappa {kappa(health_a, health_b):.2f}",
         )
         update_row(
             "real_runs_blind_consensus",
             f"diagnose at each blind batch's first scoring, on the {len(held)} blind runs both labellers agree on",
             "held-out: verdicts before the rules saw the batch (bench/label_agreement.py --blind)",
-            rows["diagnosis, at first scoring, vs consensus"],
+            summary_line(rows["diagnosis first scoring vs consensus"]),
         )
     return 0
 
