@@ -329,7 +329,7 @@ def _spike_finding(v: View, fid: str, names, what: str, cause: str, rec) -> Opti
     base = float(np.percentile(c.values[: idx[0]], 75))
     worst = float(max(c.values[i] for i in idx))
     first, last = float(c.steps[idx[0]]), float(c.steps[idx[-1]])
-    progress, judged = r, "reward"
+    judged = "reward"
     if not r and v.algo == "dpo":  # a preference run: its ranking of the pairs judges the harm
         progress, judged = _preference_progress(v)
         recovered = progress.n >= 6 and _pairs_held(v, progress, [float(c.steps[i]) for i in idx])

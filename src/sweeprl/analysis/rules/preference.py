@@ -11,7 +11,7 @@ chosen reward must fall with it.
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import List, Optional
 
 import numpy as np
 
@@ -145,7 +145,7 @@ def f_preference_overfit(v: View) -> Optional[Finding]:
     )
 
 
-def _no_gradient(v: View, bits: list) -> Finding:
+def _no_gradient(v: View, bits: List[str]) -> Finding:
     return Finding(
         "preference_no_learning",
         "critical",
